@@ -1,0 +1,1 @@
+"""NKI kernels, the NKI interpreter and the op->kernel registry (installed as neuron_studio.kernels)."""

@@ -1,0 +1,26 @@
+"""Neuron Studio: a notebook-first developer environment for PyTorch on AWS Trainium.
+
+`import neuron_studio` makes the `neuron` device available: the real TorchNeuron backend when it is
+installed and a device is present, otherwise the built-in emulated device (CPU execution, modeled timing).
+"""
+from __future__ import annotations
+
+from neuron_studio import device
+from neuron_studio.device import info
+
+__all__ = ["device", "info", "load_ipython_extension", "unload_ipython_extension"]
+__version__ = "0.1.0"
+
+
+def load_ipython_extension(ipython) -> None:  # noqa: ANN001 - IPython's shell
+    """`%load_ext neuron_studio`: register the magics (imported lazily, as pyinstrument does)."""
+    from neuron_studio.magics import register_magics
+
+    register_magics(ipython)
+
+
+def unload_ipython_extension(ipython) -> None:  # noqa: ANN001
+    pass
+
+
+device.register()

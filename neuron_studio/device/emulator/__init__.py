@@ -1,0 +1,1 @@
+"""The emulated `neuron` device: pure Python, executes on CPU, reports what ran as OpEvents."""

@@ -1,0 +1,178 @@
+"""Register the emulated `neuron` device with PyTorch (PrivateUse1), once per process.
+
+This is the only place that changes torch's global state, and it runs only from
+`neuron_studio.device.register()` (i.e. `import neuron_studio`), never from `import torch`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from neuron_studio.device.emulator import runtime, tensor
+from neuron_studio.device.emulator.tensor import NeuronTensor
+
+__all__ = ["register_emulator"]
+
+_LIB: list[torch.library.Library] = []  # keep the registrations alive for the process
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, device_index: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):  # noqa: ANN201
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def _index_of(device: Any) -> int:
+    if device is None:
+        return runtime.current_device()
+    d = torch.device(device)
+    return tensor.check_index(d.index)
+
+
+# -- PrivateUse1 kernels: the ops C++ calls on a neuron device before any neuron tensor exists --------
+def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):  # noqa: ANN001, ANN202
+    elem = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
+    return NeuronTensor(elem, _index_of(device))
+
+
+def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):  # noqa: ANN001, ANN202
+    elem = torch.empty_strided(size, stride, dtype=dtype, layout=layout)
+    return NeuronTensor(elem, _index_of(device))
+
+
+def _inner(t: torch.Tensor) -> torch.Tensor:
+    return t._elem if type(t) is NeuronTensor else t
+
+
+def _copy_from(self, dst, non_blocking=False):  # noqa: ANN001, ANN202
+    _inner(dst).copy_(_inner(self))
+    return dst
+
+
+def _copy_from_and_resize(self, dst):  # noqa: ANN001, ANN202
+    d = _inner(dst)
+    d.resize_(self.shape)
+    d.copy_(_inner(self))
+    if type(dst) is NeuronTensor:
+        tensor._sync_metadata(dst)
+    return dst
+
+
+def _register_kernels() -> None:
+    lib = torch.library.Library("aten", "IMPL")
+    lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
+    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
+    lib.impl("_copy_from", _copy_from, "PrivateUse1")
+    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    _LIB.append(lib)
+    _register_autocast()
+
+
+# -- autocast: torch has no AutocastPrivateUse1 kernels; mirror CUDA's op lists ---------------------
+_LOWER_PRECISION_OPS = (
+    "_convolution.deprecated", "_convolution", "conv1d", "conv2d", "conv3d", "conv_tbc", "conv_transpose1d",
+    "conv_transpose2d.input", "conv_transpose3d.input", "convolution", "prelu", "addmm", "addmv", "addr",
+    "matmul", "einsum", "mm", "mv", "linear", "addbmm", "baddbmm", "bmm", "chain_matmul", "linalg_multi_dot",
+    "_thnn_fused_lstm_cell", "_thnn_fused_gru_cell", "lstm_cell", "gru_cell", "rnn_tanh_cell", "rnn_relu_cell",
+    "_scaled_dot_product_flash_attention", "scaled_dot_product_attention",
+)
+_FP32_OPS = (
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt",
+    "sinh", "tan", "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "softplus", "layer_norm",
+    "native_layer_norm", "group_norm", "frobenius_norm.dim", "nuclear_norm", "nuclear_norm.dim", "cosine_similarity",
+    "poisson_nll_loss", "cosine_embedding_loss", "nll_loss", "nll_loss2d", "hinge_embedding_loss", "kl_div",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "margin_ranking_loss", "multilabel_margin_loss",
+    "soft_margin_loss", "triplet_margin_loss", "multi_margin_loss", "binary_cross_entropy_with_logits", "dist",
+    "pdist", "cdist", "renorm", "logsumexp", "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d",
+    "upsample_bilinear2d", "upsample_trilinear3d", "upsample_bicubic2d",
+)
+_AUTOCAST_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastPrivateUse1)
+
+
+def _autocast_kernel(op: torch._ops.OpOverload, to_lower: bool):  # noqa: ANN202
+    def kernel(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        dev = torch._C._get_privateuse1_backend_name()
+        if to_lower:
+            dtype = torch.get_autocast_dtype(dev)
+
+            def cast(x):  # noqa: ANN001, ANN202
+                if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64:
+                    return x.to(dtype)
+                return x
+        else:
+
+            def cast(x):  # noqa: ANN001, ANN202
+                if isinstance(x, torch.Tensor) and x.dtype in (torch.float16, torch.bfloat16):
+                    return x.float()
+                return x
+
+        args = [cast(a) if not isinstance(a, (list, tuple)) else type(a)(cast(x) for x in a) for a in args]
+        kwargs = {k: cast(v) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(_AUTOCAST_KEYS):
+            return op(*args, **kwargs)
+
+    return kernel
+
+
+def _register_autocast() -> None:
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(torch.library.fallthrough_kernel, "AutocastPrivateUse1")
+    _LIB.append(fallback)
+    lib = torch.library.Library("aten", "IMPL")
+    for names, lower in ((_LOWER_PRECISION_OPS, True), (_FP32_OPS, False)):
+        for qualified in names:
+            base, _, overload = qualified.partition(".")
+            packet = getattr(torch.ops.aten, base, None)
+            if packet is None:
+                continue
+            op = getattr(packet, overload or "default", None)
+            if op is None:
+                continue
+            lib.impl(qualified, _autocast_kernel(op, lower), "AutocastPrivateUse1")
+    _LIB.append(lib)
+
+
+def _skip_dirs() -> tuple[str, ...]:
+    import neuron_studio
+
+    dirs = [os.path.dirname(torch.__file__) + os.sep, os.path.dirname(neuron_studio.__file__) + os.sep]
+    try:
+        import neuron_studio.profiler as prof
+
+        dirs.append(os.path.dirname(prof.__file__) + os.sep)
+    except ImportError:
+        pass
+    try:
+        import neuron_studio.kernels as kern
+
+        dirs.append(os.path.dirname(kern.__file__) + os.sep)
+    except ImportError:
+        pass
+    import contextlib
+
+    dirs.append(os.path.dirname(contextlib.__file__) + os.sep)
+    return tuple(dirs)
+
+
+def register_emulator(registry: Any) -> None:
+    """Make `neuron` a PyTorch device backed by the emulator. Idempotent only through the registry."""
+    runtime.bind(registry)
+    torch.utils.rename_privateuse1_backend("neuron")
+    tensor.configure(registry.bus, registry.memory, registry.device_count, _skip_dirs())
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    torch._register_device_module("neuron", runtime)
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    _register_kernels()

@@ -1,0 +1,476 @@
+"""The emulated `neuron` tensor: a wrapper subclass whose data lives in a CPU tensor.
+
+Every aten op reaching a `NeuronTensor` unwraps to CPU, runs the CPU kernel, rewraps the result on the
+same `neuron:N` device and, when somebody subscribed to the device's events, records an OpEvent. The
+fast path (no subscriber) does only the unwrap/run/rewrap, to keep the per-op overhead within a few µs.
+"""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+import torch
+from torch.utils.flop_counter import flop_registry
+
+from neuron_studio.device import events as ev
+from neuron_studio.device.coverage import op_coverage
+from neuron_studio.device.emulator.memory import MemoryTracker
+
+__all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
+
+DEVICE_TYPE = "neuron"
+_CPU = torch.device("cpu")
+_Tensor = torch.Tensor
+_make_wrapper = torch.Tensor._make_wrapper_subclass
+aten = torch.ops.aten
+
+# Ops that legitimately mix host and device tensors (copies between them).
+_COPY_OPS = frozenset(
+    {
+        aten.copy_.default,
+        aten._to_copy.default,
+        aten._copy_from.default,
+        aten._copy_from_and_resize.default,
+        aten.set_.source_Tensor,
+        aten.lift_fresh.default,
+    }
+)
+# Ops whose index arguments may stay on the host, as CUDA allows.
+_INDEX_OPS = frozenset(
+    {
+        aten.index.Tensor,
+        aten.index_put_.default,
+        aten.index_put.default,
+        aten._index_put_impl_.default,
+    }
+)
+# Ops whose output shape depends on tensor values: the host must wait for the device.
+_DATA_DEPENDENT = frozenset(
+    {
+        aten.nonzero.default,
+        aten.masked_select.default,
+        aten._unique2.default,
+        aten.unique_dim.default,
+        aten.unique_consecutive.default,
+        aten._unique.default,
+        aten.repeat_interleave.Tensor,
+    }
+)
+
+_state = threading.local()
+
+
+class NeuronTensor(torch.Tensor):
+    """A tensor on the emulated `neuron` device. `_elem` is the CPU tensor holding its data."""
+
+    _elem: torch.Tensor
+    _nidx: int
+
+    @staticmethod
+    def __new__(cls, elem: torch.Tensor, index: int = 0) -> "NeuronTensor":
+        r = _make_wrapper(
+            cls,
+            elem.size(),
+            strides=elem.stride(),
+            storage_offset=elem.storage_offset(),
+            dtype=elem.dtype,
+            layout=elem.layout,
+            device=_DEVICES[index],
+            requires_grad=elem.requires_grad,
+        )
+        r._elem = elem
+        r._nidx = index
+        _memory.track(r, elem, index)
+        return r
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    # -- host-side conveniences that C++ would otherwise do on a storage we do not have -------------
+    def __repr__(self, *, tensor_contents=None) -> str:  # noqa: ANN001
+        with _quiet():
+            text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        _record_marker("aten::_print", self, ev.SYNC_PRINT)
+        return text
+
+    def tolist(self):  # noqa: ANN201 - same as torch.Tensor.tolist
+        _record_marker("aten::tolist", self, ev.SYNC_ITEM)
+        return self._elem.tolist()
+
+    def numpy(self, *, force: bool = False):  # noqa: ANN201
+        raise TypeError(
+            f"can't convert {self.device} device type tensor to numpy. "
+            "Use Tensor.cpu() to copy the tensor to host memory first."
+        )
+
+    def __reduce_ex__(self, proto):  # noqa: ANN001, ANN204
+        # Saved like XLA/privateuse1 tensors: a CPU copy plus the device string, which
+        # `torch.load(weights_only=True)` accepts and maps back (or to map_location).
+        return (
+            torch._utils._rebuild_device_tensor_from_cpu_tensor,
+            (self._elem.detach().clone(), self.dtype, str(self.device), self.requires_grad),
+        )
+
+    def data_ptr(self) -> int:
+        return self._elem.data_ptr()
+
+    def untyped_storage(self):  # noqa: ANN201
+        return self._elem.untyped_storage()
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
+        bus = _bus
+        if bus.active and not getattr(_state, "quiet", False):
+            return _dispatch_recorded(func, args, kwargs or {})
+        return _dispatch(func, args, kwargs)
+
+
+def _unwrap(args: tuple) -> tuple[list, int, bool]:
+    """Unwrap NeuronTensors (also inside lists, for foreach ops). Returns args, device index, host seen."""
+    out = []
+    index = -1
+    host = False
+    for a in args:
+        t = type(a)
+        if t is NeuronTensor:
+            if index < 0:
+                index = a._nidx
+            elif index != a._nidx:
+                _raise_mixed(f"{DEVICE_TYPE}:{index}", str(a.device))
+            out.append(a._elem)
+        elif t is list or t is tuple:
+            if a and isinstance(a[0], _Tensor):
+                inner = []
+                for x in a:
+                    if type(x) is NeuronTensor:
+                        if index < 0:
+                            index = x._nidx
+                        elif index != x._nidx:
+                            _raise_mixed(f"{DEVICE_TYPE}:{index}", str(x.device))
+                        inner.append(x._elem)
+                    else:
+                        if isinstance(x, _Tensor) and x.dim() > 0:
+                            host = True
+                        inner.append(x)
+                out.append(inner)
+            else:
+                out.append(a)
+        elif t is _Tensor or isinstance(a, _Tensor):
+            if a.dim() > 0:
+                host = True
+            out.append(a)
+        else:
+            out.append(a)
+    return out, index, host
+
+
+def _raise_mixed(first: str, second: str, func=None) -> None:  # noqa: ANN001
+    where = f" (when checking arguments for {func})" if func is not None else ""
+    raise RuntimeError(
+        f"Expected all tensors to be on the same device, but found at least two devices, {first} and {second}!{where}"
+    )
+
+
+def _target_device(kwargs: dict) -> tuple[dict, int | None]:
+    """Map a `device=` kwarg naming neuron to CPU for the inner call; report the requested index."""
+    dev = kwargs.get("device")
+    if dev is None:
+        return kwargs, None
+    dev = torch.device(dev)
+    kwargs = dict(kwargs)
+    if dev.type == DEVICE_TYPE:
+        kwargs["device"] = _CPU
+        return kwargs, check_index(dev.index)
+    return kwargs, -1  # explicit host device: result stays on the host
+
+
+def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
+    uargs, index, host = _unwrap(args)
+    if kwargs:
+        kwargs, target = _target_device(kwargs)
+        if "out" in kwargs:
+            o = kwargs["out"]
+            kwargs = dict(kwargs)
+            if type(o) is NeuronTensor:
+                kwargs["out"] = o._elem
+            elif isinstance(o, (list, tuple)):
+                kwargs["out"] = [x._elem if type(x) is NeuronTensor else x for x in o]
+    else:
+        target = None
+    if host and index >= 0 and func not in _COPY_OPS:
+        if func in _INDEX_OPS:
+            pass
+        else:
+            _raise_mixed(f"{DEVICE_TYPE}:{index}", "cpu", func.name())
+    if target is None:
+        target = index if index >= 0 else 0
+    return uargs, kwargs, target
+
+
+def _rewrap(out, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
+    if type(out) is _Tensor:
+        return _wrap_one(out, args, uargs, kwargs, target)
+    if isinstance(out, (tuple, list)):
+        res = [
+            _wrap_one(o, args, uargs, kwargs, target) if type(o) is _Tensor else o for o in out
+        ]
+        return type(out)(res) if isinstance(out, tuple) else res
+    return out
+
+
+def _wrap_one(o: torch.Tensor, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
+    # In-place ops and out= return the very tensor they were given: hand back the caller's object.
+    for a, u in zip(args, uargs):
+        if u is o:
+            if type(a) is NeuronTensor:
+                _sync_metadata(a)
+            return a
+    if kwargs:
+        outk = kwargs.get("out")
+        if outk is not None:
+            return _match_out(o, outk)
+    if target < 0:
+        return o
+    return NeuronTensor(o, target)
+
+
+def _match_out(o: torch.Tensor, outk):  # noqa: ANN001, ANN202
+    items = outk if isinstance(outk, (list, tuple)) else [outk]
+    for x in items:
+        if type(x) is NeuronTensor and x._elem is o:
+            _sync_metadata(x)
+            return x
+    return o
+
+
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _sync_metadata(w: NeuronTensor) -> None:
+    """After resize_/out=, the wrapper's sizes must follow its CPU data (a known wrapper pitfall)."""
+    e = w._elem
+    if w.shape != e.shape or (w.numel() and w.stride() != e.stride()):
+        with torch._C._DisableTorchDispatch():
+            aten.resize_.default.redispatch(_CPU_KEYS, w, list(e.shape))
+        if w.numel() and w.stride() != e.stride():
+            raise RuntimeError(
+                f"neuron (emulated): an out= or resize_ produced a non-contiguous result {tuple(e.shape)} "
+                f"with strides {e.stride()} that the wrapper cannot mirror; pass a contiguous out tensor"
+            )
+
+
+def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
+    uargs, kw, target = _prepare(func, args, kwargs)
+    out = func(*uargs, **kw) if kw else func(*uargs)
+    if func is aten._to_copy.default and kw and kw.get("device") is not None and target < 0:
+        return out
+    return _rewrap(out, args, uargs, kw, target)
+
+
+# ------------------------------------------------------------------------------------------ recording
+def _dtype_name(dt: torch.dtype) -> str:
+    return _DTYPE_NAMES.get(dt) or str(dt).removeprefix("torch.")
+
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {}
+
+
+def _describe(values) -> tuple[tuple, tuple]:  # noqa: ANN001
+    shapes = []
+    dtypes = []
+    for v in values:
+        if isinstance(v, _Tensor):
+            shapes.append(tuple(v.shape))
+            dtypes.append(_dtype_name(v.dtype))
+        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], _Tensor):
+            for x in v:
+                if isinstance(x, _Tensor):
+                    shapes.append(tuple(x.shape))
+                    dtypes.append(_dtype_name(x.dtype))
+    return tuple(shapes), tuple(dtypes)
+
+
+_SKIP_DIRS: tuple[str, ...] = ()
+
+
+def user_source(depth: int = 3) -> str | None:
+    """file:line of the innermost frame outside torch and neuron_studio: the user's code."""
+    f = sys._getframe(depth)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not fn.startswith(_SKIP_DIRS) and "<frozen" not in fn:
+            return f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+def _flops(func, uargs, kw, out) -> int:  # noqa: ANN001
+    fn = flop_registry.get(func._overloadpacket)
+    if fn is None:
+        return 0
+    try:
+        return int(fn(*uargs, **kw, out_val=out))
+    except Exception:  # flop formulas reject some argument forms; a missing count is not an error
+        return 0
+
+
+def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
+    uargs, kw, target = _prepare(func, args, kwargs)
+    t0 = time.perf_counter_ns()
+    out = func(*uargs, **kw) if kw else func(*uargs)
+    t1 = time.perf_counter_ns()
+    to_host = func is aten._to_copy.default and kw and kw.get("device") is not None and target < 0
+    result = out if to_host else _rewrap(out, args, uargs, kw, target)
+    _record(func, args, uargs, kw, out, t0, t1, target)
+    return result
+
+
+def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None:  # noqa: ANN001
+    bus = _bus
+    name = func._schema.name
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    in_shapes, in_dtypes = _describe(uargs)
+    out_shapes, out_dtypes = _describe(outs)
+    sync = None
+    transfer = None
+    transfer_bytes = 0
+    if func is aten._local_scalar_dense.default:
+        sync = ev.SYNC_ITEM
+    elif func in _DATA_DEPENDENT:
+        sync = ev.SYNC_DATA_DEPENDENT
+    elif func is aten.index.Tensor and any(
+        isinstance(i, _Tensor) and i.dtype == torch.bool for i in (uargs[1] if len(uargs) > 1 else ())
+    ):
+        sync = ev.SYNC_DATA_DEPENDENT
+    if func in _COPY_OPS:
+        src_dev, dst_dev = _copy_direction(func, args, kw, target)
+        if src_dev != dst_dev:
+            transfer = ev.TRANSFER_D2H if dst_dev == "cpu" else ev.TRANSFER_H2D
+            t = outs[0] if isinstance(outs[0], _Tensor) else None
+            transfer_bytes = t.numel() * t.element_size() if t is not None else 0
+            if transfer == ev.TRANSFER_D2H:
+                sync = ev.SYNC_TO_HOST
+    coverage = op_coverage()
+    fallback = coverage.fallback_reason(name, uargs)
+    tags = coverage.cast_tags(in_dtypes)
+    if torch.are_deterministic_algorithms_enabled():
+        tags = tags + ("deterministic",)
+    index = target if target >= 0 else next(
+        (a._nidx for a in args if type(a) is NeuronTensor), 0
+    )
+    bus.publish(
+        ev.OpEvent(
+            seq=bus.next_seq(),
+            name=name,
+            overload=func._overloadname,
+            start_ns=t0,
+            end_ns=t1,
+            thread=threading.get_ident(),
+            device_index=index,
+            input_shapes=in_shapes,
+            input_dtypes=in_dtypes,
+            output_shapes=out_shapes,
+            output_dtypes=out_dtypes,
+            flops=_flops(func, uargs, kw, out),
+            is_view=func.is_view,
+            is_inplace=func._schema.is_mutable,
+            sync=sync,
+            transfer=transfer,
+            transfer_bytes=transfer_bytes,
+            fallback=fallback,
+            source=user_source(4) if bus.want_source else None,
+            graph=bus.current_graph,
+            tags=tags,
+        )
+    )
+
+
+def _copy_direction(func, args, kw, target: int) -> tuple[str, str]:  # noqa: ANN001
+    def dev(x) -> str:  # noqa: ANN001
+        return "neuron" if type(x) is NeuronTensor else "cpu"
+
+    if func is aten._to_copy.default:
+        return dev(args[0]), ("cpu" if target < 0 else "neuron")
+    if func in (aten._copy_from.default, aten._copy_from_and_resize.default):
+        return dev(args[0]), dev(args[1])
+    if func is aten.copy_.default:
+        return dev(args[1]), dev(args[0])
+    return "neuron", "neuron"
+
+
+def _record_marker(name: str, t: NeuronTensor, sync: str) -> None:
+    """Record a host-visible event that is not an aten op (printing, tolist) as a sync point."""
+    bus = _bus
+    if not bus.active or getattr(_state, "quiet", False):
+        return
+    now = time.perf_counter_ns()
+    bus.publish(
+        ev.OpEvent(
+            seq=bus.next_seq(),
+            name=name,
+            overload="default",
+            start_ns=now,
+            end_ns=now,
+            thread=threading.get_ident(),
+            device_index=t._nidx,
+            input_shapes=(tuple(t.shape),),
+            input_dtypes=(_dtype_name(t.dtype),),
+            output_shapes=(),
+            output_dtypes=(),
+            sync=sync,
+            transfer=ev.TRANSFER_D2H,
+            transfer_bytes=t.numel() * t.element_size(),
+            source=user_source(3) if bus.want_source else None,
+            graph=bus.current_graph,
+        )
+    )
+
+
+class _quiet:
+    """Suppress recording for internal ops (printing formats a tensor with dozens of ops)."""
+
+    def __enter__(self) -> None:
+        self.prev = getattr(_state, "quiet", False)
+        _state.quiet = True
+
+    def __exit__(self, *exc: object) -> None:
+        _state.quiet = self.prev
+
+
+# ---------------------------------------------------------------------------------- configuration
+_bus: ev.EventBus = None  # type: ignore[assignment]  # set by configure(); the device registry owns it
+_memory: MemoryTracker = None  # type: ignore[assignment]
+_DEVICES: list[torch.device] = []
+_count = 0
+
+
+def configure(bus: ev.EventBus, memory: MemoryTracker, device_count: int, skip_dirs: tuple[str, ...]) -> None:
+    """Bind the module to the device registry's bus and memory tracker (called once at registration)."""
+    global _bus, _memory, _DEVICES, _count, _SKIP_DIRS
+    _bus = bus
+    _memory = memory
+    _count = device_count
+    _DEVICES = [torch.device(DEVICE_TYPE, i) for i in range(device_count)]
+    _SKIP_DIRS = skip_dirs
+    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
+               torch.int8, torch.uint8, torch.bool, torch.int16, torch.complex64, torch.float8_e4m3fn,
+               torch.float8_e5m2):
+        _DTYPE_NAMES[dt] = str(dt).removeprefix("torch.")
+
+
+def check_index(index: int | None) -> int:
+    """Validate a device ordinal the way CUDA does, naming how many devices exist."""
+    if index is None:
+        from neuron_studio.device.emulator import runtime
+
+        return runtime.current_device()
+    if index < 0 or index >= _count:
+        raise RuntimeError(
+            f"neuron: invalid device ordinal {index}: this (emulated) chip has {_count} logical NeuronCores "
+            f"(valid: neuron:0 .. neuron:{_count - 1}); see neuron_studio.device.info()"
+        )
+    return index
+
+
+def wrap(t: torch.Tensor, index: int = 0) -> NeuronTensor:
+    return NeuronTensor(t, check_index(index))

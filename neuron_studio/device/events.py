@@ -1,0 +1,152 @@
+"""OpEvents: what the device tells the profiler about every op it executed.
+
+The device publishes; subscribers (the profiler's capture) drain. When nobody is subscribed, the device
+checks one attribute and records nothing, so the emulator pays no recording cost outside a profile.
+"""
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator
+
+__all__ = [
+    "OpEvent",
+    "Subscription",
+    "EventBus",
+    "SYNC_ITEM",
+    "SYNC_TO_HOST",
+    "SYNC_PRINT",
+    "SYNC_DATA_DEPENDENT",
+    "SYNC_EXPLICIT",
+    "TRANSFER_H2D",
+    "TRANSFER_D2H",
+]
+
+# Why an op forced the host to wait for the device (and so closed an adaptive-eager fusion group).
+SYNC_ITEM = "item"                      # .item(), bool(t), float(t), .tolist()
+SYNC_TO_HOST = "to_host"                # .cpu(), .numpy() after .cpu(), copies to CPU
+SYNC_PRINT = "print"                    # repr/print of a neuron tensor
+SYNC_DATA_DEPENDENT = "data_dependent"  # output shape depends on values (nonzero, unique, masked_select)
+SYNC_EXPLICIT = "synchronize"           # torch.neuron.synchronize()
+
+TRANSFER_H2D = "h2d"
+TRANSFER_D2H = "d2h"
+
+
+@dataclass(frozen=True, slots=True)
+class OpEvent:
+    """One aten op executed on a `neuron` device (emulated or real).
+
+    Times are host wall-clock nanoseconds (`time.perf_counter_ns`). Shapes and dtypes describe tensor
+    arguments in positional order (dtype names as `str(torch.dtype)` without the "torch." prefix).
+    """
+
+    seq: int
+    name: str                                   # "aten::mm"
+    overload: str                               # "default", "Tensor", "out", ...
+    start_ns: int
+    end_ns: int
+    thread: int
+    device_index: int
+    input_shapes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[str, ...]
+    flops: int = 0                              # torch.utils.flop_counter rules; 0 when it has none
+    is_view: bool = False                       # view/metadata only: no data moves
+    is_inplace: bool = False
+    sync: str | None = None                     # one of SYNC_*: the host waited on the device here
+    transfer: str | None = None                 # TRANSFER_H2D / TRANSFER_D2H for host<->device copies
+    transfer_bytes: int = 0
+    fallback: str | None = None                 # reason this op runs on CPU under TorchNeuron, else None
+    source: str | None = None                   # "file.py:123" of the user code that issued the op
+    graph: int = -1                             # compiled-graph launch this op ran in (compile mode), else -1
+    tags: tuple[str, ...] = field(default=())   # free-form markers, e.g. ("deterministic",)
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+class Subscription:
+    """A bounded FIFO of OpEvents for one consumer. When full, the oldest events are dropped and counted."""
+
+    def __init__(self, bus: "EventBus", capacity: int, with_source: bool) -> None:
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self._bus = bus
+        self._events: collections.deque[OpEvent] = collections.deque(maxlen=capacity)
+        self.capacity = capacity
+        self.with_source = with_source
+        self.dropped = 0
+        self.closed = False
+
+    def _push(self, event: OpEvent) -> None:
+        if len(self._events) == self.capacity:
+            self.dropped += 1
+        self._events.append(event)
+
+    def drain(self) -> list[OpEvent]:
+        """Return and forget the events received so far, oldest first."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[OpEvent]:
+        return iter(list(self._events))
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._bus._remove(self)
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EventBus:
+    """Fan-out of OpEvents to subscriptions. `active` is the one flag the device checks per op."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subs: tuple[Subscription, ...] = ()
+        self.active = False
+        self.want_source = False
+        self.current_graph = -1  # set by the compile backend while a compiled graph runs
+        self._seq = 0
+
+    def next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    @property
+    def last_seq(self) -> int:
+        """Sequence number of the last op executed (recorded or not); capture uses it to bracket regions."""
+        return self._seq
+
+    def subscribe(self, capacity: int = 1_000_000, with_source: bool = False) -> Subscription:
+        sub = Subscription(self, capacity, with_source)
+        with self._lock:
+            self._subs = self._subs + (sub,)
+            self._refresh()
+        return sub
+
+    def _remove(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs = tuple(s for s in self._subs if s is not sub)
+            self._refresh()
+
+    def _refresh(self) -> None:
+        self.active = bool(self._subs)
+        self.want_source = any(s.with_source for s in self._subs)
+
+    def publish(self, event: OpEvent) -> None:
+        for sub in self._subs:
+            sub._push(event)
