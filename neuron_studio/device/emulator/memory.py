@@ -6,7 +6,6 @@ reports bytes in live tensors (there is no cache here, so reserved == allocated)
 """
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass, field
 
@@ -27,46 +26,44 @@ class DeviceMemory:
 class MemoryTracker:
     devices: list[DeviceMemory] = field(default_factory=list)
     _storages: dict[tuple[int, int], list] = field(default_factory=dict)  # (device, data_ptr) -> [refs, nbytes]
-    _refs: set = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _refs: dict = field(default_factory=dict)  # weakref to a wrapper -> its storage key
 
     @classmethod
     def for_devices(cls, n: int) -> "MemoryTracker":
         return cls(devices=[DeviceMemory() for _ in range(n)])
 
     def track(self, wrapper: torch.Tensor, elem: torch.Tensor, index: int) -> None:
+        # Runs for every op output: kept lean (the GIL serialises the dict updates).
         st = elem.untyped_storage()
-        ptr = st.data_ptr()
-        if ptr == 0:
+        key = (index, st.data_ptr())
+        if key[1] == 0:
             return
-        key = (index, ptr)
-        with self._lock:
-            entry = self._storages.get(key)
-            if entry is None:
-                nbytes = st.nbytes()
-                self._storages[key] = [1, nbytes]
-                d = self.devices[index]
-                d.allocated += nbytes
-                d.num_allocs += 1
-                if d.allocated > d.peak:
-                    d.peak = d.allocated
-            else:
-                entry[0] += 1
-        ref = weakref.ref(wrapper, lambda r, key=key: self._release(r, key))
-        self._refs.add(ref)
+        entry = self._storages.get(key)
+        if entry is None:
+            nbytes = st.nbytes()
+            self._storages[key] = [1, nbytes]
+            d = self.devices[index]
+            d.allocated += nbytes
+            d.num_allocs += 1
+            if d.allocated > d.peak:
+                d.peak = d.allocated
+        else:
+            entry[0] += 1
+        self._refs[weakref.ref(wrapper, self._release)] = key
 
-    def _release(self, ref: weakref.ref, key: tuple[int, int]) -> None:
-        with self._lock:
-            self._refs.discard(ref)
-            entry = self._storages.get(key)
-            if entry is None:
-                return
-            entry[0] -= 1
-            if entry[0] <= 0:
-                del self._storages[key]
-                d = self.devices[key[0]]
-                d.allocated -= entry[1]
-                d.num_frees += 1
+    def _release(self, ref: weakref.ref) -> None:
+        key = self._refs.pop(ref, None)
+        if key is None:
+            return
+        entry = self._storages.get(key)
+        if entry is None:
+            return
+        entry[0] -= 1
+        if entry[0] <= 0:
+            del self._storages[key]
+            d = self.devices[key[0]]
+            d.allocated -= entry[1]
+            d.num_frees += 1
 
     def reset_peak(self, index: int) -> None:
         d = self.devices[index]

@@ -70,12 +70,32 @@ def _copy_from_and_resize(self, dst):  # noqa: ANN001, ANN202
     return dst
 
 
+_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _is_pinned(self, device=None):  # noqa: ANN001, ANN202
+    """Host memory is device memory on the emulator: every host tensor counts as pinned for `neuron`.
+
+    So `pin_memory()` returns the tensor itself and `DataLoader(pin_memory=True)` works; other devices
+    keep torch's own answer.
+    """
+    if device is None:
+        acc = torch.accelerator.current_accelerator()
+        is_neuron = acc is not None and acc.type == "neuron"
+    else:
+        is_neuron = torch.device(device).type == "neuron"
+    if is_neuron:
+        return True
+    return torch.ops.aten.is_pinned.default.redispatch(_CPU_KEYS, self, device)
+
+
 def _register_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    lib.impl("is_pinned", _is_pinned, "AutogradCPU")
     _LIB.append(lib)
     _register_autocast()
 

@@ -89,7 +89,11 @@ class NeuronTensor(torch.Tensor):
     # -- host-side conveniences that C++ would otherwise do on a storage we do not have -------------
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: ANN001
         with _quiet():
+            if tensor_contents is None:
+                tensor_contents = torch._tensor_str._tensor_str(self._elem.detach(), len("tensor("))
             text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
+        if text.startswith("NeuronTensor("):  # torch prefixes subclasses with their class name
+            text = "tensor(" + text[len("NeuronTensor("):]
         _record_marker("aten::_print", self, ev.SYNC_PRINT)
         return text
 
@@ -208,6 +212,7 @@ def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
 
 
 def _rewrap(out, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
+    """Wrap results on the target device; `kwargs` are the caller's (un-unwrapped) keyword arguments."""
     if type(out) is _Tensor:
         return _wrap_one(out, args, uargs, kwargs, target)
     if isinstance(out, (tuple, list)):
@@ -262,9 +267,9 @@ def _sync_metadata(w: NeuronTensor) -> None:
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
     uargs, kw, target = _prepare(func, args, kwargs)
     out = func(*uargs, **kw) if kw else func(*uargs)
-    if func is aten._to_copy.default and kw and kw.get("device") is not None and target < 0:
+    if target < 0 and func is aten._to_copy.default:
         return out
-    return _rewrap(out, args, uargs, kw, target)
+    return _rewrap(out, args, uargs, kwargs, target)
 
 
 # ------------------------------------------------------------------------------------------ recording
@@ -319,8 +324,8 @@ def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
     t0 = time.perf_counter_ns()
     out = func(*uargs, **kw) if kw else func(*uargs)
     t1 = time.perf_counter_ns()
-    to_host = func is aten._to_copy.default and kw and kw.get("device") is not None and target < 0
-    result = out if to_host else _rewrap(out, args, uargs, kw, target)
+    to_host = target < 0 and func is aten._to_copy.default
+    result = out if to_host else _rewrap(out, args, uargs, kwargs, target)
     _record(func, args, uargs, kw, out, t0, t1, target)
     return result
 
@@ -355,6 +360,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None: 
     tags = coverage.cast_tags(in_dtypes)
     if torch.are_deterministic_algorithms_enabled():
         tags = tags + ("deterministic",)
+    if torch._C._current_graph_task_id() != -1:
+        tags = tags + ("backward",)
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
