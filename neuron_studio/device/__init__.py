@@ -44,6 +44,7 @@ class _Registry:
     device_count: int
     bus: EventBus = field(default_factory=EventBus)
     memory: object = None
+    compile_log: list = field(default_factory=list)  # one dict per graph compile (compile mode)
     registered: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 

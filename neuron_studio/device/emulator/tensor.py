@@ -21,6 +21,7 @@ __all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
 
 DEVICE_TYPE = "neuron"
 _CPU = torch.device("cpu")
+_STRIDED = torch.strided
 _Tensor = torch.Tensor
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 aten = torch.ops.aten
@@ -69,6 +70,11 @@ class NeuronTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int = 0) -> "NeuronTensor":
+        if elem.layout is not _STRIDED:
+            raise RuntimeError(
+                f"neuron: {elem.layout} tensors are not supported on the neuron device (TorchNeuron supports "
+                "dense strided tensors only); keep sparse tensors on the CPU"
+            )
         r = _make_wrapper(
             cls,
             elem.size(),
@@ -81,6 +87,10 @@ class NeuronTensor(torch.Tensor):
         )
         r._elem = elem
         r._nidx = index
+        if elem.is_conj():  # conj()/_neg_view() are lazy bits: the wrapper must carry them too
+            torch._C._set_conj(r, True)
+        if elem.is_neg():
+            torch._C._set_neg(r, True)
         _memory.track(r, elem, index)
         return r
 
@@ -143,7 +153,8 @@ def _unwrap(args: tuple) -> tuple[list, int, bool]:
                 _raise_mixed(f"{DEVICE_TYPE}:{index}", str(a.device))
             out.append(a._elem)
         elif t is list or t is tuple:
-            if a and isinstance(a[0], _Tensor):
+            # Tensor lists (foreach, cat) and optional-tensor lists (index: [None, idx]); int lists pass.
+            if a and (isinstance(a[0], _Tensor) or a[0] is None):
                 inner = []
                 for x in a:
                     if type(x) is NeuronTensor:
@@ -192,13 +203,18 @@ def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
     uargs, index, host = _unwrap(args)
     if kwargs:
         kwargs, target = _target_device(kwargs)
-        if "out" in kwargs:
-            o = kwargs["out"]
+        # Tensors passed by keyword (out=, sorter=, weight=, ...) are unwrapped like positional ones.
+        keys = [k for k, v in kwargs.items() if isinstance(v, (_Tensor, list, tuple))]
+        if keys:
+            kvals, kindex, khost = _unwrap(tuple(kwargs[k] for k in keys))
             kwargs = dict(kwargs)
-            if type(o) is NeuronTensor:
-                kwargs["out"] = o._elem
-            elif isinstance(o, (list, tuple)):
-                kwargs["out"] = [x._elem if type(x) is NeuronTensor else x for x in o]
+            kwargs.update(zip(keys, kvals))
+            if kindex >= 0:
+                if index < 0:
+                    index = kindex
+                elif index != kindex:
+                    _raise_mixed(f"{DEVICE_TYPE}:{index}", f"{DEVICE_TYPE}:{kindex}", func.name())
+            host = host or khost
     else:
         target = None
     if host and index >= 0 and func not in _COPY_OPS:
@@ -300,7 +316,10 @@ _SKIP_DIRS: tuple[str, ...] = ()
 
 def user_source(depth: int = 3) -> str | None:
     """file:line of the innermost frame outside torch and neuron_studio: the user's code."""
-    f = sys._getframe(depth)
+    try:
+        f = sys._getframe(depth)
+    except ValueError:  # shallow stacks, e.g. the autograd engine's device thread
+        return None
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SKIP_DIRS) and "<frozen" not in fn:

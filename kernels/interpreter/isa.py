@@ -1,0 +1,316 @@
+"""`nki.isa` subset: instructions with explicit `dst` first, executed with numpy and recorded per engine.
+
+Rules enforced here (see `NkiRuleError.rule`): matmul operands in SBUF ("matmul_operand_buffer"), matmul result
+in PSUM ("matmul_dst_buffer"), contraction <= 128 ("matmul_contraction"), stationary free <= 128
+("matmul_stationary_fmax"), moving free <= 512 ("matmul_moving_fmax"), DMA only between HBM and SBUF
+("dma_buffers"), compute engines read/write on-chip memory only ("engine_operand_buffer"), shapes agree
+("shape_mismatch").
+"""
+from __future__ import annotations
+
+import enum
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import dtypes as _dt
+from .errors import NkiRuleError
+from .ops import BINARY, UNARY, Op
+from .state import PMAX, current, kernel_frame, kernel_line
+from .tensor import HBM_BUFFERS, NkiTensor, describe
+from .trace import Instruction
+
+__all__ = ["engine", "dma_copy", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "activation",
+           "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record"]
+
+GEMM_STATIONARY_FMAX = 128
+GEMM_MOVING_FMAX = 512
+
+
+class engine(enum.Enum):
+    """Engine selector accepted by instructions that can run on several engines."""
+
+    tensor = "tensor"
+    vector = "vector"
+    scalar = "scalar"
+    gpsimd = "gpsimd"
+    sync = "sync"
+    unknown = "unknown"
+
+
+class reduce_cmd(enum.Enum):
+    idle = "idle"
+    reset = "reset"
+    reduce = "reduce"
+    reset_reduce = "reset_reduce"
+
+
+def _fail(rule: str, detail: str, t: NkiTensor | None = None) -> None:
+    raise NkiRuleError(rule, detail, tensor=describe(t) if t is not None else "",
+                       kernel_line=kernel_line(kernel_frame(2)))
+
+
+def record(engine_name: str, opcode: str, operands: Sequence[NkiTensor], dtype: str, elements: int, flops: int,
+           nbytes: int = 0, cycles_hint: int = 0) -> None:
+    """Append one instruction to the current trace, attributed to the kernel source line that issued it."""
+    frame = kernel_frame(2)
+    current().record(Instruction(
+        engine=engine_name, opcode=opcode, shapes=tuple(t.shape for t in operands), dtype=dtype,
+        elements=int(elements), flops=int(flops), bytes=int(nbytes),
+        file=frame.f_code.co_filename if frame is not None else "", line=frame.f_lineno if frame else 0,
+        cycles_hint=int(cycles_hint)))
+
+
+def _on_chip(*tensors: NkiTensor) -> None:
+    for t in tensors:
+        if not isinstance(t, NkiTensor):
+            _fail("operand_type", f"expected an NKI tile, got {type(t).__name__}")
+        if t.buffer in HBM_BUFFERS:
+            _fail("engine_operand_buffer", "compute engines read and write SBUF/PSUM only; DMA HBM data "
+                  "into SBUF first", t)
+
+
+def _engine(eng: Any, default: str) -> str:
+    if eng is None:
+        return default
+    name = eng.value if isinstance(eng, engine) else str(eng)
+    return default if name in ("unknown", "") else name
+
+
+def _store(dst: NkiTensor, value: np.ndarray, src_dtype: str | None = None) -> None:
+    value = np.asarray(value)
+    if value.shape != dst.shape:
+        if value.size != int(np.prod(dst.shape)):
+            _fail("shape_mismatch", f"result shape {list(value.shape)} does not fit dst shape {list(dst.shape)}",
+                  dst)
+        value = value.reshape(dst.shape)
+    dst.write(value, src_dtype)
+
+
+def _free(t: NkiTensor) -> int:
+    return int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+
+
+def _operand(x: Any, partitions: int) -> np.ndarray | float:
+    """A scalar operand: Python number, or a per-partition [P, 1] vector broadcast along the free dims."""
+    if isinstance(x, NkiTensor):
+        _on_chip(x)
+        if x.shape[0] != partitions or _free(x) != 1:
+            _fail("shape_mismatch", f"scalar operand must be a number or a [{partitions}, 1] tile", x)
+        return x.data.reshape((partitions,) + (1,) * 1)
+    return float(x)
+
+
+def _bcast(v: np.ndarray | float, ndim: int) -> np.ndarray | float:
+    if isinstance(v, np.ndarray) and ndim > 2:
+        return v.reshape(v.shape[0], *([1] * (ndim - 1)))
+    return v
+
+
+def _binary(op: Any) -> Op:
+    if isinstance(op, Op) and op.arity == 2:
+        return op
+    name = getattr(op, "name", None) or getattr(op, "__name__", "")
+    if name in BINARY:
+        return BINARY[name]
+    raise NkiRuleError("unsupported_op", f"{op!r} is not a binary operator", kernel_line=kernel_line(kernel_frame(2)))
+
+
+def _reducer(op: Any) -> Any:
+    red = getattr(op, "reduce", None)
+    if red is None:
+        raise NkiRuleError("unsupported_op", f"{op!r} cannot reduce", kernel_line=kernel_line(kernel_frame(2)))
+    return red
+
+
+# -- DMA ----------------------------------------------------------------------------------------------------
+def dma_copy(dst: NkiTensor, src: NkiTensor, **_: Any) -> None:
+    """Copy between HBM and SBUF on a DMA queue (casts to dst dtype)."""
+    kinds = {("hbm" if t.buffer in HBM_BUFFERS else t.buffer) for t in (dst, src)}
+    if kinds != {"hbm", "sbuf"}:
+        _fail("dma_buffers", f"DMA moves data between HBM and SBUF only, got {src.buffer} -> {dst.buffer}",
+              src if src.buffer not in ("sbuf",) + HBM_BUFFERS else dst)
+    if src.data.size != dst.data.size:
+        _fail("shape_mismatch", f"dma src shape {list(src.shape)} vs dst shape {list(dst.shape)}", dst)
+    _store(dst, src.data, src.dtype)
+    record("dma", "dma_copy", (dst, src), src.dtype, src.data.size, 0, src.data.size * _dt.itemsize(src.dtype))
+
+
+# -- Tensor engine ------------------------------------------------------------------------------------------
+def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor, is_stationary_onezero: bool = False,
+              is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: bool | None = None,
+              tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None, name: Any = None) -> None:
+    """dst[M, N] (+)= stationary[K, M].T @ moving[K, N] on the Tensor Engine, fp32 accumulation in PSUM.
+
+    `accumulate=None` (the default) and `True` add into dst (zero it with `nl.zeros(..., buffer=nl.psum)`);
+    `False` overwrites.
+    """
+    for t, role in ((stationary, "stationary"), (moving, "moving")):
+        if t.buffer != "sbuf":
+            _fail("matmul_operand_buffer", f"matmul {role} operand must be in SBUF, found in {t.buffer}", t)
+    if dst.buffer != "psum":
+        _fail("matmul_dst_buffer", f"matmul result must be written to PSUM, not {dst.buffer}", dst)
+    if stationary.ndim != 2 or moving.ndim != 2:
+        _fail("matmul_rank", "matmul operands must be 2-D [partition, free] tiles", stationary)
+    k, m = stationary.shape
+    k2, n = moving.shape
+    if k != k2:
+        _fail("shape_mismatch", f"contraction (partition) sizes differ: stationary {k} vs moving {k2}", moving)
+    if k > PMAX:
+        _fail("matmul_contraction", f"contraction dim {k} exceeds {PMAX}", stationary)
+    if m > GEMM_STATIONARY_FMAX:
+        _fail("matmul_stationary_fmax", f"stationary free size {m} exceeds gemm_stationary_fmax="
+              f"{GEMM_STATIONARY_FMAX}", stationary)
+    if n > GEMM_MOVING_FMAX:
+        _fail("matmul_moving_fmax", f"moving free size {n} exceeds gemm_moving_fmax={GEMM_MOVING_FMAX}", moving)
+    if dst.shape != (m, n):
+        _fail("shape_mismatch", f"matmul dst shape {list(dst.shape)} != [{m}, {n}]", dst)
+    prod = stationary.data.T.astype(np.float32, copy=False) @ moving.data.astype(np.float32, copy=False)
+    if accumulate is False:
+        dst.data[...] = prod
+    else:
+        dst.data[...] += prod
+    dt = "float32" if "float32" in (stationary.dtype, moving.dtype) else moving.dtype
+    record("tensor", "nc_matmul", (dst, stationary, moving), dt, k * n, 2 * k * m * n, cycles_hint=n)
+
+
+def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any = None) -> None:
+    """dst[F, P] = data[P, F].T; on the Tensor Engine (identity matmul) the result lands in PSUM."""
+    _on_chip(dst, data)
+    if data.ndim != 2:
+        _fail("matmul_rank", "nc_transpose takes a 2-D tile", data)
+    p, f = data.shape
+    eng = _engine(engine, "tensor")
+    if eng == "tensor":
+        if f > GEMM_STATIONARY_FMAX:
+            _fail("transpose_fmax", f"transpose free size {f} exceeds {GEMM_STATIONARY_FMAX}", data)
+        if dst.buffer != "psum":
+            _fail("matmul_dst_buffer", "Tensor Engine transpose writes PSUM", dst)
+        if data.buffer != "sbuf":
+            _fail("matmul_operand_buffer", "Tensor Engine transpose reads SBUF", data)
+    if dst.shape != (f, p):
+        _fail("shape_mismatch", f"transpose dst shape {list(dst.shape)} != [{f}, {p}]", dst)
+    _store(dst, data.data.T, data.dtype)
+    record(eng, "nc_transpose", (dst, data), data.dtype, p * f, 0, cycles_hint=f)
+
+
+# -- Vector / Scalar / GpSimd -------------------------------------------------------------------------------
+def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any, engine: Any = None,
+                  name: Any = None) -> None:
+    """dst = op(data1, data2) element-wise (same shapes) on the Vector Engine."""
+    _on_chip(dst, data1, data2)
+    o = _binary(op)
+    if data1.shape != data2.shape:
+        _fail("shape_mismatch", f"tensor_tensor operands differ: {list(data1.shape)} vs {list(data2.shape)}",
+              data2)
+    with np.errstate(all="ignore"):
+        _store(dst, o.fn(data1.data, data2.data))
+    n = data1.data.size
+    record(_engine(engine, "vector"), f"tensor_tensor.{o.name}", (dst, data1, data2), data1.dtype, n, n)
+
+
+def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reverse0: bool = False,
+                  op1: Any = None, operand1: Any = None, reverse1: bool = False, engine: Any = None,
+                  name: Any = None) -> None:
+    """dst = (data op0 operand0) op1 operand1; operands are numbers or per-partition [P, 1] vectors."""
+    _on_chip(dst, data)
+    p = data.shape[0]
+    x = data.data.astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):
+        for op, operand, rev in ((op0, operand0, reverse0), (op1, operand1, reverse1)):
+            if op is None:
+                continue
+            o = _binary(op)
+            v = _bcast(_operand(operand, p), x.ndim)
+            x = o.fn(v, x) if rev else o.fn(x, v)
+    _store(dst, x)
+    n = data.data.size
+    nops = 1 + (op1 is not None)
+    record(_engine(engine, "vector"), "tensor_scalar", (dst, data), data.dtype, n, n * nops)
+
+
+def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale: Any = 1.0,
+               reduce_op: Any = None, reduce_res: NkiTensor | None = None, reduce_cmd: Any = None,
+               engine: Any = None, name: Any = None) -> None:
+    """dst = op(data * scale + bias) on the Scalar Engine; optional sum of the result along the free dims."""
+    _on_chip(dst, data)
+    fn = op.fn if isinstance(op, Op) else UNARY[getattr(op, "name", getattr(op, "__name__", ""))].fn
+    p = data.shape[0]
+    x = data.data.astype(np.float32, copy=False)
+    with np.errstate(all="ignore"):
+        s = _bcast(_operand(scale, p), x.ndim)
+        if not (isinstance(s, float) and s == 1.0):
+            x = x * s
+        if bias is not None:
+            x = x + _bcast(_operand(bias, p), x.ndim)
+        y = fn(x)
+    _store(dst, y)
+    if reduce_op is not None:
+        if reduce_res is None:
+            _fail("activation_reduce", "reduce_op needs reduce_res", dst)
+        _on_chip(reduce_res)
+        red = _reducer(reduce_op)
+        _store(reduce_res, red(np.asarray(y, np.float32).reshape(p, -1), axis=1).reshape(p, 1))
+    n = data.data.size
+    record(_engine(engine, "scalar"), f"activation.{getattr(op, 'name', op)}", (dst, data), data.dtype, n,
+           n * (2 + (reduce_op is not None)))
+
+
+def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: int | Sequence[int], negate: bool = False,
+                  keepdims: bool = False, name: Any = None) -> None:
+    """Reduce along free axes on the Vector Engine (`negate` flips the sign of the result)."""
+    _on_chip(dst, data)
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if 0 in axes:
+        _fail("reduce_partition_axis", "tensor_reduce reduces free axes only (use tensor_partition_reduce)", data)
+    red = _reducer(op)
+    r = red(data.data.astype(np.float32, copy=False), axis=axes, keepdims=keepdims)
+    _store(dst, -r if negate else r)
+    n = data.data.size
+    record("vector", f"tensor_reduce.{getattr(op, 'name', op)}", (dst, data), data.dtype, n, n)
+
+
+def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = None) -> None:
+    """On-chip copy (PSUM -> SBUF evacuation, dtype casts) on the Vector Engine by default."""
+    _on_chip(dst, src)
+    if src.data.size != dst.data.size:
+        _fail("shape_mismatch", f"tensor_copy src {list(src.shape)} vs dst {list(dst.shape)}", dst)
+    _store(dst, src.data, src.dtype)
+    record(_engine(engine, "vector"), "tensor_copy", (dst, src), src.dtype, src.data.size, 0)
+
+
+def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
+    """dst = 1 / data on the Vector Engine."""
+    _on_chip(dst, data)
+    with np.errstate(all="ignore"):
+        _store(dst, 1.0 / data.data.astype(np.float32, copy=False))
+    record("vector", "reciprocal", (dst, data), data.dtype, data.data.size, data.data.size)
+
+
+def memset(dst: NkiTensor, value: float, engine: Any = None, name: Any = None) -> None:
+    """Fill a tile with a constant."""
+    _on_chip(dst)
+    _store(dst, np.full(dst.shape, value, np.float32))
+    record(_engine(engine, "vector"), "memset", (dst,), dst.dtype, dst.data.size, 0)
+
+
+def affine_select(dst: NkiTensor, pattern: Sequence[Sequence[int]], offset: int, channel_multiplier: int,
+                  on_true_tile: NkiTensor, on_false_value: float, cmp_op: Any = None, name: Any = None) -> None:
+    """dst = on_true_tile where cmp_op(offset + p*channel_multiplier + sum(step_i*idx_i), 0) else value (GpSimd).
+
+    Typical use: causal masks (pattern [[-1, F]], channel_multiplier 1, cmp_op nl.greater_equal).
+    """
+    _on_chip(dst, on_true_tile)
+    cmp = _binary(cmp_op if cmp_op is not None else BINARY["equal"])
+    p = dst.shape[0]
+    expr = np.full((p, 1), float(offset)) + np.arange(p, dtype=np.float64)[:, None] * channel_multiplier
+    free = np.zeros((1,), np.float64)
+    for step, num in pattern:
+        free = (free[:, None] + np.arange(num, dtype=np.float64)[None, :] * step).reshape(-1)
+    if free.size != _free(dst):
+        _fail("shape_mismatch", f"affine pattern covers {free.size} elements/partition, dst has {_free(dst)}",
+              dst)
+    pred = cmp.fn(expr + free[None, :], 0.0).astype(bool)
+    vals = np.where(pred, on_true_tile.data.reshape(p, -1), np.float32(on_false_value))
+    _store(dst, vals)
+    record("gpsimd", "affine_select", (dst, on_true_tile), on_true_tile.dtype, dst.data.size, dst.data.size)

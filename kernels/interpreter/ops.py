@@ -1,0 +1,74 @@
+"""Math operators shared by `nki.language` (callable on tiles) and `nki.isa` (passed as `op=`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+__all__ = ["Op", "UNARY", "BINARY"]
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """An NKI math operator. Calling it on tiles runs it as a language-level op (allocates an SBUF result)."""
+
+    name: str
+    fn: Callable[..., np.ndarray]
+    arity: int
+    reduce: Callable[..., np.ndarray] | None = None
+    flops_per_element: int = 1
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from . import language  # late: language imports ops
+
+        return language._apply_op(self, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:  # tanh approximation, as the hardware activation table
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3)))
+
+
+UNARY = {op.name: op for op in [
+    Op("exp", np.exp, 1, flops_per_element=1),
+    Op("log", np.log, 1),
+    Op("sqrt", np.sqrt, 1),
+    Op("rsqrt", lambda x: 1.0 / np.sqrt(x), 1),
+    Op("square", np.square, 1),
+    Op("tanh", np.tanh, 1),
+    Op("sigmoid", _sigmoid, 1),
+    Op("silu", _silu, 1),
+    Op("gelu", _gelu, 1),
+    Op("relu", lambda x: np.maximum(x, 0), 1),
+    Op("abs", np.abs, 1),
+    Op("reciprocal", lambda x: 1.0 / x, 1),
+    Op("negative", np.negative, 1),
+    Op("copy", lambda x: np.array(x, copy=True), 1, flops_per_element=0),
+]}
+
+BINARY = {op.name: op for op in [
+    Op("add", np.add, 2, reduce=np.add.reduce),
+    Op("subtract", np.subtract, 2),
+    Op("multiply", np.multiply, 2, reduce=np.multiply.reduce),
+    Op("divide", np.divide, 2),
+    Op("maximum", np.maximum, 2, reduce=np.maximum.reduce),
+    Op("minimum", np.minimum, 2, reduce=np.minimum.reduce),
+    Op("power", np.power, 2),
+    Op("equal", lambda a, b: np.equal(a, b).astype(np.float32), 2),
+    Op("not_equal", lambda a, b: np.not_equal(a, b).astype(np.float32), 2),
+    Op("greater", lambda a, b: np.greater(a, b).astype(np.float32), 2),
+    Op("greater_equal", lambda a, b: np.greater_equal(a, b).astype(np.float32), 2),
+    Op("less", lambda a, b: np.less(a, b).astype(np.float32), 2),
+    Op("less_equal", lambda a, b: np.less_equal(a, b).astype(np.float32), 2),
+]}

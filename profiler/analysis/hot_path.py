@@ -1,0 +1,75 @@
+"""Hot path: the ops that account for the top share of device time, each with why it is slow.
+
+This is the hook where kernels attach: a `kernel_lookup(op, module, module_class)` callable returns
+kernel matches (runs_as / candidate with file and line) for each hot op.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import pandas as pd
+
+__all__ = ["HotOp", "hot_path", "WHY"]
+
+WHY = {
+    "compute": "compute-bound: the Tensor/Vector engine is the limit; a better kernel (tiling, FP8, fusion) helps",
+    "memory": "memory-bound: HBM traffic dominates; fuse with neighbours or keep data in SBUF",
+    "launch": "launch-bound: too small to amortise the per-launch overhead; fuse (adaptive eager / compile)",
+    "fallback": "CPU fallback: runs on the host plus device<->host copies; needs a lowering or an NKI kernel",
+    "none": "no device work",
+}
+
+
+@dataclass
+class HotOp:
+    op: str
+    module: str
+    source: str | None
+    count: int
+    device_ns: int
+    share: float
+    bound: str
+    why: str
+    engine: str
+    kernels: list[dict] = field(default_factory=list)   # from the kernel registry, best first
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
+             kernel_lookup: Callable[[str, str], list[dict]] | None = None) -> list[HotOp]:
+    """Ops (grouped by op, module and source line) covering `top_share` of device time, at most `max_ops`."""
+    if not 0 < top_share <= 1:
+        raise ValueError(f"top_share must be in (0, 1]; got {top_share}")
+    busy = ops[ops["device_ns"] > 0]
+    if busy.empty:
+        return []
+    keys = ["op", "module", "source"]
+    grouped = busy.fillna({"source": ""}).groupby(keys, sort=False, dropna=False)
+    g = grouped.agg(count=("seq", "size"), device_ns=("device_ns", "sum"))
+    # separately: pandas 3 keeps only one of several named aggregations that share a Python callable
+    g["bound"] = grouped["bound"].agg(_dominant)
+    g["engine"] = grouped["engine"].agg(_dominant)
+    g = g.reset_index()
+    g = g.sort_values("device_ns", ascending=False, kind="stable").reset_index(drop=True)
+    total = float(busy["device_ns"].sum())
+    out: list[HotOp] = []
+    acc = 0.0
+    for r in g.itertuples(index=False):
+        if len(out) >= max_ops or acc >= top_share * total:
+            break
+        acc += r.device_ns
+        hot = HotOp(op=r.op, module=r.module, source=r.source or None, count=int(r.count),
+                    device_ns=int(r.device_ns), share=float(r.device_ns) / total, bound=r.bound,
+                    why=WHY.get(r.bound, r.bound), engine=r.engine)
+        if kernel_lookup is not None:
+            hot.kernels = kernel_lookup(r.op, r.module)
+        out.append(hot)
+    return out
+
+
+def _dominant(s: pd.Series) -> str:
+    vc = s.value_counts()
+    return str(vc.index[0]) if len(vc) else "none"

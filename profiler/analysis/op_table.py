@@ -1,0 +1,58 @@
+"""Op table: where device and host time go, per aten op or per module path."""
+from __future__ import annotations
+
+import pandas as pd
+
+__all__ = ["op_table", "module_tree", "OP_TABLE_COLUMNS"]
+
+OP_TABLE_COLUMNS = ["key", "count", "device_ns", "host_ns", "self_device_ns", "flops", "bytes", "engine", "bound",
+                    "share", "per_step_device_ns"]
+
+
+def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "device_ns",
+             top: int | None = None, ascending: bool = False) -> pd.DataFrame:
+    """Aggregate per op name (`by="op"`) or module path (`by="module"`); `share` is of total device time."""
+    if by not in ("op", "module"):
+        raise ValueError(f"by must be 'op' or 'module'; got {by!r}")
+    if ops.empty:
+        return pd.DataFrame(columns=OP_TABLE_COLUMNS)
+    g = ops.groupby(by, sort=False, dropna=False)
+    out = g.agg(
+        count=("seq", "size"),
+        device_ns=("device_ns", "sum"),
+        host_ns=("host_ns", "sum"),
+        flops=("flops", "sum"),
+        bytes=("bytes", "sum"),
+    )
+    # separately: pandas 3 keeps only one of several named aggregations that share a Python callable
+    out["engine"] = g["engine"].agg(_mode)
+    out["bound"] = g["bound"].agg(_mode)
+    out = out.reset_index().rename(columns={by: "key"})
+    out["self_device_ns"] = out["device_ns"]
+    if by == "module":
+        # total = self + descendants' time, as in a module tree
+        totals = {k: v for k, v in zip(out["key"], out["device_ns"])}
+        out["device_ns"] = [sum(v for p, v in totals.items() if p == k or p.startswith(k + ".")) if k else totals[k]
+                            for k in out["key"]]
+    total = float(ops["device_ns"].sum()) or 1.0
+    out["share"] = out["self_device_ns"] / total
+    out["per_step_device_ns"] = out["self_device_ns"] / max(1, steps)
+    if sort not in out.columns:
+        raise ValueError(f"cannot sort by {sort!r}; columns: {list(out.columns)}")
+    out = out.sort_values(sort, ascending=ascending, kind="stable").reset_index(drop=True)
+    out = out[OP_TABLE_COLUMNS]
+    return out.head(top) if top else out
+
+
+def module_tree(ops: pd.DataFrame) -> pd.DataFrame:
+    """One row per module path with depth, self and total device time (for a tree view)."""
+    t = op_table(ops, by="module")
+    t = t[t["key"] != ""].copy()
+    t["depth"] = t["key"].str.count(r"\.")
+    return t.sort_values("key").reset_index(drop=True)[["key", "depth", "count", "self_device_ns", "device_ns",
+                                                        "flops", "bytes", "share"]]
+
+
+def _mode(s: pd.Series) -> str:
+    vc = s.value_counts()
+    return str(vc.index[0]) if len(vc) else ""

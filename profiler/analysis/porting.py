@@ -1,0 +1,72 @@
+"""What blocks a port or breaks fusion: CPU fallbacks, sync points, recompiles, transfers, idle gaps."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["cpu_fallbacks", "sync_points", "recompiles", "transfers", "idle_gaps"]
+
+
+def cpu_fallbacks(ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op that falls back to CPU: count, host and modeled time, and the copies it implies."""
+    sel = ops[ops["fallback"].notna()]
+    cols = ["op", "reason", "count", "host_ns", "device_ns", "copy_bytes", "sources"]
+    if sel.empty:
+        return pd.DataFrame(columns=cols)
+    g = sel.groupby(["op", "fallback"], sort=False).agg(
+        count=("seq", "size"), host_ns=("host_ns", "sum"), device_ns=("device_ns", "sum"),
+        copy_bytes=("bytes", "sum"),
+        sources=("source", lambda s: sorted({x for x in s if isinstance(x, str)})[:5])).reset_index()
+    g = g.rename(columns={"fallback": "reason"})
+    return g.sort_values("device_ns", ascending=False).reset_index(drop=True)[cols]
+
+
+def sync_points(ops: pd.DataFrame, groups: list | None = None) -> pd.DataFrame:
+    """Each op that made the host wait (and so closed an adaptive-eager fusion group), with its source line."""
+    sel = ops[ops["sync"].notna()]
+    cols = ["seq", "op", "reason", "source", "module", "breaks_group"]
+    if sel.empty:
+        return pd.DataFrame(columns=cols)
+    boundary = set()
+    for g in groups or ():
+        seq = getattr(g, "boundary_seq", None)
+        if seq is not None:
+            boundary.add(int(seq))
+    out = pd.DataFrame({
+        "seq": sel["seq"].to_numpy(), "op": sel["op"].to_numpy(), "reason": sel["sync"].to_numpy(),
+        "source": sel["source"].to_numpy(), "module": sel["module"].to_numpy(),
+    })
+    out["breaks_group"] = [int(s) in boundary for s in out["seq"]] if boundary else False
+    return out[cols]
+
+
+def recompiles(compiles: pd.DataFrame) -> pd.DataFrame:
+    """Compiles of graphs already compiled with other shapes (static shapes: each new shape recompiles)."""
+    if compiles.empty:
+        return compiles.copy()
+    return compiles[compiles["recompile"]].reset_index(drop=True)
+
+
+def transfers(ops: pd.DataFrame) -> pd.DataFrame:
+    """Host<->device copies by direction and source line."""
+    sel = ops[ops["transfer"].notna()]
+    cols = ["direction", "source", "count", "bytes"]
+    if sel.empty:
+        return pd.DataFrame(columns=cols)
+    g = sel.fillna({"source": ""}).groupby(["transfer", "source"], sort=False).agg(
+        count=("seq", "size"), bytes=("transfer_bytes", "sum")).reset_index()
+    return g.rename(columns={"transfer": "direction"}).sort_values("bytes", ascending=False).reset_index(drop=True)
+
+
+def idle_gaps(ops: pd.DataFrame, *, min_gap_ns: int = 1000) -> pd.DataFrame:
+    """Stretches where a NeuronCore does nothing between ops (waiting on the host or on a launch)."""
+    rows = []
+    for core, sel in ops[ops["device_ns"] > 0].groupby("core"):
+        s = sel.sort_values("device_start_ns")
+        starts = s["device_start_ns"].to_numpy(np.int64)
+        ends = np.maximum.accumulate(s["device_end_ns"].to_numpy(np.int64))
+        gaps = starts[1:] - ends[:-1]
+        for i in np.nonzero(gaps >= min_gap_ns)[0]:
+            rows.append({"core": int(core), "start_ns": int(ends[i]), "gap_ns": int(gaps[i]),
+                         "before_op": s["op"].iloc[i + 1]})
+    return pd.DataFrame(rows, columns=["core", "start_ns", "gap_ns", "before_op"])

@@ -1,0 +1,319 @@
+"""Capture: run code under torch.profiler and the device's OpEvent stream; end in a `Trace` value.
+
+Usable without IPython:
+
+    with neuron_studio.profile(mode="adaptive", chip="trn2", warmup=1) as run:
+        for _ in range(6):
+            train_step()
+            run.step()
+    profile = run.profile        # analyses (op table, hot path, ...) built from run.trace
+
+Warm-up steps execute but are dropped from the trace (as torch.profiler's schedule does), so the profile
+shows the steady state. The module path of each op comes from global module forward hooks; backward ops
+are tagged by the autograd engine's graph task.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from neuron_studio import device as _device
+from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
+
+__all__ = ["Capture", "profile", "MODES"]
+
+MODES = ("eager", "adaptive", "compile")
+
+
+class _ModuleTracker:
+    """Module path per op: transitions of the module stack stamped with the device's op sequence number."""
+
+    def __init__(self, bus: Any) -> None:
+        self.bus = bus
+        self.stack: list[str] = []
+        self.trans_seq: list[int] = []
+        self.trans_path: list[str] = []
+        self.trans_phase: list[str] = []
+        self.names: dict[int, str] = {}
+        self.handles: list[Any] = []
+        self.thread = threading.get_ident()
+
+    def _name(self, module: torch.nn.Module) -> str:
+        key = id(module)
+        name = self.names.get(key)
+        if name is not None:
+            return name
+        parent = self.stack[-1] if self.stack else None
+        if parent is not None:
+            pmod = self._modules_by_path.get(parent)
+            if pmod is not None:
+                for child_name, child in pmod.named_children():
+                    if child is module:
+                        name = f"{parent}.{child_name}"
+                        break
+        if name is None:
+            name = type(module).__name__
+        self.names[key] = name
+        self._modules_by_path[name] = module
+        return name
+
+    def _mark(self, phase: str) -> None:
+        self.trans_seq.append(self.bus.last_seq)
+        self.trans_path.append(self.stack[-1] if self.stack else "")
+        self.trans_phase.append(phase)
+
+    def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if threading.get_ident() != self.thread:
+            return
+        self.stack.append(self._name(module))
+        self._mark("forward")
+
+    def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if threading.get_ident() != self.thread or not self.stack:
+            return
+        self.stack.pop()
+        self._mark("forward")
+
+    def opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.stack.append(f"optimizer.{type(optimizer).__name__}")
+        self._mark("optimizer")
+
+    def opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.stack:
+            self.stack.pop()
+        self._mark("forward")
+
+    def start(self) -> None:
+        self._modules_by_path: dict[str, torch.nn.Module] = {}
+        from torch.nn.modules import module as m
+        from torch.optim import optimizer as o
+
+        self.handles = [
+            m.register_module_forward_pre_hook(self.pre),
+            m.register_module_forward_hook(self.post, always_call=True),
+            o.register_optimizer_step_pre_hook(self.opt_pre),
+            o.register_optimizer_step_post_hook(self.opt_post),
+        ]
+
+    def stop(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        self._modules_by_path = {}
+
+    def assign(self, seqs: np.ndarray) -> tuple[list[str], list[str]]:
+        """Module path and phase for each op sequence number."""
+        if not self.trans_seq:
+            return [""] * len(seqs), ["forward"] * len(seqs)
+        idx = np.searchsorted(np.asarray(self.trans_seq, dtype=np.int64), seqs, side="left") - 1
+        paths = [self.trans_path[i] if i >= 0 else "" for i in idx]
+        phases = [self.trans_phase[i] if i >= 0 else "forward" for i in idx]
+        return paths, phases
+
+
+class Capture:
+    """One profiled run. Use as a context manager; call `.step()` after each step of a loop."""
+
+    def __init__(
+        self,
+        *,
+        mode: str = "eager",
+        chip: str | None = None,
+        warmup: int = 0,
+        name: str | None = None,
+        host_events: bool = True,
+        with_stack: bool = False,
+        capacity: int = 2_000_000,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+        if warmup < 0:
+            raise ValueError(f"warmup must be >= 0; got {warmup}")
+        reg = _device.register()
+        self.registry = reg
+        self.mode = mode
+        self.chip = (chip or reg.target.chip).lower()
+        from neuron_studio.device.targets import target_for
+
+        target_for(self.chip)  # validates the chip name with a clear error
+        self.warmup = warmup
+        self.name = name
+        self.host_events = host_events
+        self.with_stack = with_stack
+        self.capacity = capacity
+        self.trace: Trace | None = None
+        self.status = "running"
+        self._step = 0
+        self._step_seq: list[int] = []
+        self._sub = None
+        self._prof = None
+        self._tracker = None
+        self._compile_start = 0
+        self._profile = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> "Capture":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            status = "ok"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status = "interrupted"
+        else:
+            status = "error"
+        self.stop(status=status)
+
+    def start(self) -> None:
+        bus = self.registry.bus
+        self._sub = bus.subscribe(capacity=self.capacity, with_source=True)
+        self._tracker = _ModuleTracker(bus)
+        self._tracker.start()
+        self._compile_start = len(self.registry.compile_log)
+        self._t_perf0 = time.perf_counter_ns()
+        self._t_wall0 = time.time_ns()
+        if self.host_events:
+            activities = [torch.profiler.ProfilerActivity.CPU]
+            if self.registry.backend == "real":
+                activities.append(torch.profiler.ProfilerActivity.PrivateUse1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._prof = torch.profiler.profile(
+                    activities=activities, record_shapes=True, with_flops=True, with_stack=self.with_stack
+                )
+                self._prof.__enter__()
+
+    def step(self) -> None:
+        """Mark the end of one step (like `torch.profiler.profile.step()`)."""
+        self._step_seq.append(self.registry.bus.last_seq)
+        self._step += 1
+
+    def stop(self, status: str = "ok") -> Trace:
+        """Stop recording and build the Trace (always: an error or interrupt keeps the partial run)."""
+        if self.trace is not None:
+            return self.trace
+        t_end = time.perf_counter_ns()
+        host = None
+        if self._prof is not None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    self._prof.__exit__(None, None, None)
+                host = self._host_frame()
+            except Exception as e:  # a broken host profile must not lose the device trace
+                host = None
+                self._host_error = f"{type(e).__name__}: {e}"
+            self._prof = None
+        events = self._sub.drain() if self._sub is not None else []
+        dropped = self._sub.dropped if self._sub is not None else 0
+        if self._sub is not None:
+            self._sub.close()
+        self._tracker.stop()
+        seqs = np.fromiter((e.seq for e in events), dtype=np.int64, count=len(events))
+        modules, phases = self._tracker.assign(seqs)
+        for i, e in enumerate(events):
+            if "backward" in e.tags:
+                phases[i] = "backward"
+                if not modules[i]:
+                    modules[i] = "(backward)"
+        steps = self._step_index(seqs)
+        ops = ops_frame(events, modules=modules, phases=phases, steps=steps.tolist())
+        if self.warmup:
+            ops = ops[ops["step"] >= self.warmup].reset_index(drop=True)
+        t0 = self._t_perf0
+        ops["start_ns"] = ops["start_ns"] - t0
+        ops["end_ns"] = ops["end_ns"] - t0
+        compiles = pd.DataFrame(self.registry.compile_log[self._compile_start:], columns=[
+            "graph_key", "shapes", "reason", "compile_ns", "recompile"])
+        active_steps = max(1, self._step - self.warmup) if self._step else 1
+        meta = {
+            "format": "neuron-studio-trace",
+            "version": 1,
+            "backend": self.registry.backend,
+            "chip": self.chip,
+            "mode": self.mode,
+            "name": self.name,
+            "status": status,
+            "steps": int(active_steps),
+            "warmup": int(self.warmup),
+            "torch_version": torch.__version__,
+            "wall_ns": int(t_end - t0),
+            "dropped_events": int(dropped),
+            "figures": {
+                "device_time": "measured" if self.registry.backend == "real" else "modeled",
+                "engine_utilization": "measured" if self.registry.backend == "real" else "modeled",
+                "host_time": "measured",
+                "cost": "modeled",
+            },
+            "pid": os.getpid(),
+        }
+        if getattr(self, "_host_error", None):
+            meta["host_events_error"] = self._host_error
+        self.trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta)
+        self.status = status
+        return self.trace
+
+    def _step_index(self, seqs: np.ndarray) -> np.ndarray:
+        if not self._step_seq:
+            return np.zeros(len(seqs), dtype=np.int32)
+        bounds = np.asarray(self._step_seq, dtype=np.int64)
+        return np.searchsorted(bounds, seqs, side="left").astype(np.int32)
+
+    def _host_frame(self) -> pd.DataFrame:
+        prof = self._prof
+        evs = prof.events() if prof is not None else []
+        start_ns = prof.profiler.kineto_results.trace_start_ns() if prof is not None else 0
+        offset = start_ns - self._t_wall0  # kineto wall clock -> ns since capture start
+        rows: dict[str, list] = {k: [] for k in HOST_COLUMNS}
+        for e in evs:
+            rows["name"].append(e.name)
+            rows["category"].append("user_annotation" if e.is_user_annotation else "cpu_op")
+            rows["thread"].append(int(e.thread))
+            rows["start_ns"].append(int(e.time_range.start * 1000) + offset)
+            rows["dur_ns"].append(int((e.time_range.end - e.time_range.start) * 1000))
+            rows["input_shapes"].append(str(e.input_shapes) if e.input_shapes else None)
+            rows["flops"].append(float(e.flops or 0))
+            rows["stack"].append("\n".join(e.stack) if e.stack else None)
+        return pd.DataFrame(rows)
+
+    # -- results ---------------------------------------------------------------------------------
+    @property
+    def profile(self):  # noqa: ANN201 - Profile (imported lazily: analysis is downstream of capture)
+        if self.trace is None:
+            raise RuntimeError("the capture is still running; leave the `with` block (or call stop()) first")
+        if self._profile is None:
+            from neuron_studio.profiler.profile import Profile
+
+            self._profile = Profile.from_trace(self.trace)
+        return self._profile
+
+
+def profile(
+    fn: Callable[[], Any] | None = None,
+    *,
+    mode: str = "eager",
+    chip: str | None = None,
+    steps: int = 1,
+    warmup: int = 0,
+    name: str | None = None,
+    host_events: bool = True,
+) -> Any:
+    """`with profile(...) as run:` or `profile(fn, steps=5, warmup=2) -> Profile`."""
+    cap = Capture(mode=mode, chip=chip, warmup=warmup, name=name, host_events=host_events)
+    if fn is None:
+        return cap
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1; got {steps}")
+    with cap:
+        for _ in range(warmup + steps):
+            fn()
+            cap.step()
+    return cap.profile

@@ -1,0 +1,138 @@
+"""Every assumption of the NeuronCore performance model, named in one place with its rationale.
+
+Nothing in `ModelConfig` is a documented hardware figure (those live in specs.json); each field is a
+judgement call the model needs. Change one with `ModelConfig(field=...)` or `config.replace(field=...)`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+__all__ = ["ModelConfig", "ConfigError", "MODES", "FUSION_RULES"]
+
+MODES = ("eager", "adaptive", "compile")
+FUSION_RULES = ("chain", "none")
+_ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma", "none")
+
+
+class ConfigError(ValueError):
+    """A ModelConfig field has an impossible value (names the field)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Assumed constants of the performance model. All are overridable; all are labelled assumptions."""
+
+    lnc: int | None = None
+    """Physical NeuronCores per logical core (the device torch sees). None = the chip's default (Trn2/Trn3: 2,
+    Trn1: 1). Peaks and engine throughput scale by lnc; HBM bandwidth is shared per logical core."""
+
+    eager_launch_overhead_ns: float = 15_000.0
+    """Per-op launch cost in eager mode. Each eager op is its own NEFF executed through the Neuron runtime
+    (trainium.md §1.5); runtime submit + completion for a small NEFF is on the order of 10-20 µs. Unmeasured:
+    verify on a device."""
+
+    adaptive_launch_overhead_ns: float = 15_000.0
+    """Launch cost of one adaptive-eager fusion group: a fused group is still one NEFF execution, so the same
+    runtime cost as an eager op is assumed."""
+
+    compile_launch_overhead_ns: float = 15_000.0
+    """Launch cost of one compiled-graph execution (one NEFF per graph, §1.8). Same runtime path as eager."""
+
+    h100_launch_overhead_ns: float = 4_000.0
+    """Per-launch cost on the H100 comparison: PyTorch eager CUDA dispatch + kernel launch is ~3-5 µs per
+    kernel without CUDA graphs; 4 µs assumed. Applied per launch of the same grouping as the Trainium run."""
+
+    tensor_efficiency: float = 0.9
+    """Achievable fraction of Tensor Engine peak for large matmuls (tiling, PSUM drain, weight loads)."""
+
+    vector_efficiency: float = 0.9
+    """Achievable fraction of Vector Engine elements/cycle (instruction issue and partition-tail losses)."""
+
+    scalar_efficiency: float = 0.9
+    """Achievable fraction of Scalar Engine elements/cycle (activation table switches ignored)."""
+
+    gpsimd_efficiency: float = 0.5
+    """Achievable fraction of GpSimd lane throughput: gather/scatter/sort are irregular and index-bound."""
+
+    dma_efficiency: float = 0.9
+    """Achievable fraction of DMA bandwidth for copies/layout changes (descriptor overhead, small chunks)."""
+
+    hbm_efficiency: float = 0.85
+    """Achievable fraction of HBM bandwidth for streaming ops (refresh, bank conflicts, DMA queueing)."""
+
+    hbm_shared_by_cores: bool = True
+    """True: each logical core gets chip HBM bandwidth / logical cores per chip (trainium.md §6: ≈0.73 TB/s per
+    logical core on Trn2). False: one core may use the whole chip's bandwidth (optimistic when others idle)."""
+
+    host_link_bytes_per_s: float = 64e9
+    """Host↔device link bandwidth for CPU-fallback copies and explicit transfers: PCIe Gen5 x16 ≈ 64 GB/s per
+    direction. Assumed; not in the Neuron reference."""
+
+    host_transfer_latency_ns: float = 10_000.0
+    """Fixed cost of each host↔device copy (DMA setup + runtime sync), paid per copy direction."""
+
+    fusion_rule: str = "chain"
+    """How fused ops (adaptive groups, compiled graphs) avoid HBM traffic. "chain": each op's input that
+    equals the previous op's output in bytes is treated as an on-chip intermediate (read from SBUF, not HBM);
+    other inputs (weights, second operands) come from HBM; only the group's last op writes to HBM. OpEvents
+    carry no tensor ids, so this is the simplest honest rule; it underestimates traffic when an intermediate
+    is also used after the group (e.g. residuals). "none": fused ops move the same bytes as eager ops."""
+
+    adaptive_max_group_ops: int = 256
+    """Largest adaptive-eager group (ops). Bounds compile time and SBUF pressure of one fused NEFF; the real
+    heuristic is not public (§7 q2)."""
+
+    adaptive_fusible_engines: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma", "none")
+    """Engines whose ops may join an adaptive group. Ops of other engines run alone and break the group."""
+
+    deterministic_tag: str = "deterministic"
+    """An event carrying this tag ran under deterministic algorithms, which disable Adaptive Eager (§1.4):
+    it runs as an eager op and breaks any group."""
+
+    compile_time_per_graph_ns: float = 60e9
+    """Cost of one (re)compile: neuronx-cc "can take several minutes for large models" (§1.8); 60 s assumed.
+    Reported separately; never added to steady-state step time."""
+
+    def __post_init__(self) -> None:
+        for name in ("tensor_efficiency", "vector_efficiency", "scalar_efficiency", "gpsimd_efficiency",
+                     "dma_efficiency", "hbm_efficiency"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
+                raise ConfigError(f"{name} must be in (0, 1], got {v!r}")
+        for name in ("eager_launch_overhead_ns", "adaptive_launch_overhead_ns", "compile_launch_overhead_ns",
+                     "h100_launch_overhead_ns", "host_transfer_latency_ns", "compile_time_per_graph_ns"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not (isinstance(self.host_link_bytes_per_s, (int, float)) and math.isfinite(self.host_link_bytes_per_s)
+                and self.host_link_bytes_per_s > 0):
+            raise ConfigError(f"host_link_bytes_per_s must be > 0, got {self.host_link_bytes_per_s!r}")
+        if self.lnc is not None and (not isinstance(self.lnc, int) or self.lnc < 1):
+            raise ConfigError(f"lnc must be None or an integer >= 1, got {self.lnc!r}")
+        if self.fusion_rule not in FUSION_RULES:
+            raise ConfigError(f"fusion_rule must be one of {FUSION_RULES}, got {self.fusion_rule!r}")
+        if not isinstance(self.adaptive_max_group_ops, int) or self.adaptive_max_group_ops < 1:
+            raise ConfigError(f"adaptive_max_group_ops must be an integer >= 1, got {self.adaptive_max_group_ops!r}")
+        bad = [e for e in self.adaptive_fusible_engines if e not in _ENGINES]
+        if bad:
+            raise ConfigError(f"adaptive_fusible_engines has unknown engine(s) {bad}; valid: {_ENGINES}")
+
+    def replace(self, **changes: object) -> "ModelConfig":
+        """A copy with `changes` applied (validated); unknown names raise ConfigError."""
+        valid = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - valid)
+        if unknown:
+            raise ConfigError(f"unknown ModelConfig field(s) {unknown}; valid: {sorted(valid)}")
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def launch_overhead_ns(self, mode: str) -> float:
+        """Launch cost of one launch in `mode` on Trainium."""
+        if mode not in MODES:
+            raise ConfigError(f"unknown mode {mode!r}; valid: {MODES}")
+        return float(getattr(self, f"{mode}_launch_overhead_ns"))
+
+    def efficiency(self, engine: str) -> float:
+        """Achievable fraction of peak for `engine` (1.0 for engines without a throughput limit)."""
+        return float(getattr(self, f"{engine}_efficiency", 1.0))

@@ -1,0 +1,295 @@
+"""Launch grouping, per-op durations and the per-core timeline, all on numpy columns.
+
+Pipeline (each step a pure function of arrays): engines → groups (mode rules) → launches → HBM traffic after
+fusion → durations on one chip → in-order per-core timeline. The same groups are re-timed on the H100 spec.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from neuron_studio.profiler.model.columns import OpColumns
+from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
+from neuron_studio.profiler.model.ops import ENGINE_CODE, ENGINES, classify_engine
+from neuron_studio.profiler.specs import ChipSpec
+
+__all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
+
+E_TENSOR, E_VECTOR, E_SCALAR, E_GPSIMD, E_DMA, E_NONE, E_HOST = (ENGINE_CODE[e] for e in ENGINES)
+
+# Why a group ended (the reason of the row that started the next group on the same core).
+REASONS = ("end", "eager", "sync", "fallback", "transfer", "deterministic", "not_fusible", "max_group_ops",
+           "graph_start", "graph_break", "after_isolated")
+(R_END, R_EAGER, R_SYNC, R_FALLBACK, R_TRANSFER, R_DETERMINISTIC, R_NOT_FUSIBLE, R_MAX, R_GRAPH_START,
+ R_GRAPH_BREAK, R_AFTER) = range(len(REASONS))
+
+BOUNDS = ("compute", "memory", "launch", "fallback", "none")
+B_COMPUTE, B_MEMORY, B_LAUNCH, B_FALLBACK, B_NONE = range(len(BOUNDS))
+
+
+@dataclass(frozen=True)
+class CoreRates:
+    """Throughput of one logical core (the device torch sees), after LNC grouping. Units: per second."""
+
+    lnc: int
+    logical_cores_per_chip: int
+    tensor_flops: tuple[float, float, float]   # indexed by dtype class: BF16, FP8, FP32
+    vector_elems: tuple[float, float]          # (32-bit, 16-bit-or-narrower)
+    scalar_elems: tuple[float, float]
+    gpsimd_elems: float
+    dma_bytes: float
+    hbm_bytes: float
+
+
+def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
+    """Per-logical-core peaks: physical-core figures × LNC; HBM/DMA split evenly across logical cores."""
+    lnc = spec.lnc_default if (config.lnc is None or spec.kind != "trainium") else config.lnc
+    if lnc > spec.neuron_cores_per_chip:
+        raise ConfigError(f"lnc={lnc} exceeds {spec.name}'s {spec.neuron_cores_per_chip} NeuronCores per chip")
+    lpc = spec.logical_cores_per_chip(lnc)
+    share = lpc if config.hbm_shared_by_cores else 1
+    return CoreRates(
+        lnc=lnc,
+        logical_cores_per_chip=lpc,
+        tensor_flops=(spec.core_tensor_bf16_flops_per_s * lnc, spec.core_tensor_fp8_flops_per_s * lnc,
+                      spec.core_tensor_fp32_flops_per_s * lnc),
+        vector_elems=(spec.vector_elems_per_cycle_32bit * spec.vector_clock_hz * lnc,
+                      spec.vector_elems_per_cycle_16bit * spec.vector_clock_hz * lnc),
+        scalar_elems=(spec.scalar_elems_per_cycle_32bit * spec.scalar_clock_hz * lnc,
+                      spec.scalar_elems_per_cycle_16bit * spec.scalar_clock_hz * lnc),
+        gpsimd_elems=spec.gpsimd_elems_per_cycle * spec.gpsimd_clock_hz * lnc,
+        dma_bytes=spec.dma_bandwidth_bytes_per_s / share,
+        hbm_bytes=spec.hbm_bandwidth_bytes_per_s / share,
+    )
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Arrays in SORTED order (stable by core; `order[k]` is the input row of sorted row k)."""
+
+    order: np.ndarray | None
+    core: np.ndarray
+    core_start: np.ndarray
+    engine: np.ndarray          # int8 engine code (Trainium)
+    name_engine: np.ndarray     # int8 engine by name only (what the op would run on without CPU fallback)
+    group: np.ndarray           # int64 group index in sorted order
+    brk: np.ndarray             # bool: row starts a group
+    reason: np.ndarray          # int8 reason this row started a group
+    launch: np.ndarray          # bool: row opened a launch
+    launch_overhead_ns: np.ndarray
+    bytes_read: np.ndarray
+    bytes_written: np.ndarray
+    is_fallback: np.ndarray
+    is_transfer: np.ndarray
+    transfer_bytes: np.ndarray
+    flops: np.ndarray
+    elems: np.ndarray
+    dtype_class: np.ndarray
+    narrow: np.ndarray
+    moved_bytes: np.ndarray     # bytes a DMA-engine op copies
+    host_ns: np.ndarray         # measured host duration (fallback rows)
+    in_bytes: np.ndarray
+    out_bytes: np.ndarray
+
+
+def _not_none(a: np.ndarray | None, n: int) -> np.ndarray:
+    if a is None:
+        return np.zeros(n, dtype=bool)
+    return np.asarray(a != None, dtype=bool)  # noqa: E711 - elementwise on an object array
+
+
+def _take(a: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    return a if order is None else a[order]
+
+
+def schedule(cols: OpColumns, config: ModelConfig, mode: str) -> Schedule:
+    """Engines, groups, launches and post-fusion HBM traffic for `mode` (chip-independent)."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown mode {mode!r}; valid: {MODES}")
+    n = len(cols)
+    core_in = np.asarray(cols.core, dtype=np.int32)
+    order: np.ndarray | None = None
+    if n and (core_in != core_in[0]).any():
+        order = np.argsort(core_in, kind="stable")
+    core = _take(core_in, order)
+
+    name_eng = np.fromiter((ENGINE_CODE[classify_engine(str(nm))] for nm in cols.names), dtype=np.int8,
+                           count=len(cols.names))
+    eng_by_name = name_eng[_take(cols.name_code, order)] if n else np.zeros(0, dtype=np.int8)
+    is_view = _take(cols.is_view, order)
+    eng_by_name = np.where(is_view, E_NONE, eng_by_name).astype(np.int8)
+    is_fb = _take(_not_none(cols.fallback, n), order)
+    is_sync = _take(_not_none(cols.sync, n), order)
+    is_tr = _take(_not_none(cols.transfer, n), order) & ~is_fb
+    eng = eng_by_name.copy()
+    eng[is_tr] = E_DMA
+    eng[is_fb] = E_HOST
+    real = eng != E_NONE
+
+    core_start = np.ones(n, dtype=bool)
+    if n > 1:
+        core_start[1:] = core[1:] != core[:-1]
+
+    det = _take(cols.deterministic, order)
+    graph = _take(cols.graph, order)
+    prev = lambda a, fill: np.concatenate(([fill], a[:-1])) if n else a  # noqa: E731
+
+    if mode == "eager":
+        solo = is_fb | is_tr | is_sync
+        brk_before = real | solo
+        conds = [is_fb, is_sync, is_tr, real]
+        codes = [R_FALLBACK, R_SYNC, R_TRANSFER, R_EAGER]
+    elif mode == "adaptive":
+        fusible = np.isin(eng, [ENGINE_CODE[e] for e in config.adaptive_fusible_engines])
+        solo = is_fb | is_sync | is_tr | det | ~fusible
+        brk_before = solo
+        conds = [is_fb, is_sync, is_tr, det, ~fusible]
+        codes = [R_FALLBACK, R_SYNC, R_TRANSFER, R_DETERMINISTIC, R_NOT_FUSIBLE]
+    else:  # compile
+        in_graph = graph >= 0
+        gprev = prev(graph, -2)
+        eager_row = ~in_graph & (real | is_sync | is_tr)
+        solo = is_fb | (~in_graph & (is_sync | is_tr))
+        gchange = in_graph & (graph != gprev)
+        brk_before = solo | eager_row | gchange
+        prev_in_graph = prev(in_graph, False)
+        conds = [is_fb, gchange, ~in_graph & is_sync, ~in_graph & is_tr, eager_row & prev_in_graph, eager_row]
+        codes = [R_FALLBACK, R_GRAPH_START, R_SYNC, R_TRANSFER, R_GRAPH_BREAK, R_EAGER]
+    after = prev(solo, False)
+    brk = core_start | brk_before | after
+    reason = np.select(conds + [after], codes + [R_AFTER], default=R_END).astype(np.int8)
+
+    if mode == "adaptive" and n:
+        run_id = np.cumsum(brk) - 1
+        starts = np.flatnonzero(brk)
+        pos = np.arange(n) - starts[run_id]
+        extra = (pos > 0) & (pos % config.adaptive_max_group_ops == 0)
+        reason[extra] = R_MAX
+        brk = brk | extra
+    group = np.cumsum(brk) - 1
+
+    # One launch per group, opened by its first device-kernel op (views, host fallbacks, host<->device copies
+    # launch nothing). Eager rows of compile mode and deterministic rows pay the eager launch cost.
+    eligible = real & (eng != E_HOST) & ~is_tr
+    launch = np.zeros(n, dtype=bool)
+    idx = np.flatnonzero(eligible)
+    if idx.size:
+        gg = group[idx]
+        first = np.ones(idx.size, dtype=bool)
+        first[1:] = gg[1:] != gg[:-1]
+        launch[idx[first]] = True
+    base = np.full(n, config.launch_overhead_ns(mode))
+    if mode == "compile":
+        base[graph < 0] = config.eager_launch_overhead_ns
+    elif mode == "adaptive":
+        base[det] = config.eager_launch_overhead_ns
+    ovh = np.where(launch, base, 0.0)
+
+    in_b = np.where(real, _take(cols.in_bytes, order), 0.0)
+    out_b = np.where(real, _take(cols.out_bytes, order), 0.0)
+    rd, wr = in_b.copy(), out_b.copy()
+    if config.fusion_rule == "chain" and n:
+        ar = np.arange(n)
+        prev_real = np.maximum.accumulate(np.where(real, ar, -1))
+        prev_real = np.concatenate(([-1], prev_real[:-1]))
+        pr = np.maximum(prev_real, 0)
+        has_prev = real & (prev_real >= 0) & (group[pr] == group) & ~is_fb & ~is_tr
+        rd = np.where(has_prev, in_b - np.minimum(in_b, out_b[pr]), in_b)
+        next_real = np.minimum.accumulate(np.where(real, ar, n)[::-1])[::-1]
+        next_real = np.concatenate((next_real[1:], [n]))
+        nr = np.minimum(next_real, n - 1)
+        has_next = real & (next_real < n) & (group[nr] == group) & ~is_fb & ~is_tr
+        wr = np.where(has_next, 0.0, out_b)
+    tb = _take(cols.transfer_bytes, order)
+    tb = np.where(tb > 0, tb, np.maximum(in_b, out_b))
+    if cols.transfer is not None and is_tr.any():
+        direction = _take(cols.transfer, order)
+        d2h = is_tr & np.asarray(direction == "d2h", dtype=bool)
+        h2d = is_tr & ~d2h
+        rd = np.where(is_tr, np.where(d2h, tb, 0.0), rd)
+        wr = np.where(is_tr, np.where(h2d, tb, 0.0), wr)
+    host_ns = np.where(is_fb, np.maximum(_take(cols.end_ns, order) - _take(cols.start_ns, order), 0), 0)
+    return Schedule(
+        order=order, core=core, core_start=core_start, engine=eng, name_engine=eng_by_name, group=group,
+        brk=brk, reason=reason, launch=launch, launch_overhead_ns=ovh, bytes_read=rd, bytes_written=wr,
+        is_fallback=is_fb, is_transfer=is_tr, transfer_bytes=np.where(is_tr, tb, 0.0),
+        flops=_take(cols.flops, order), elems=_take(cols.elems, order),
+        dtype_class=np.clip(_take(cols.dtype_class, order), 0, 2).astype(np.int8),
+        narrow=_take(cols.itemsize, order) <= 2, moved_bytes=out_b, host_ns=host_ns.astype(np.float64),
+        in_bytes=in_b, out_bytes=out_b,
+    )
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-row durations and the per-core timeline (sorted order, ns)."""
+
+    compute_ns: np.ndarray
+    memory_ns: np.ndarray
+    duration_ns: np.ndarray
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    bound: np.ndarray
+    core_end_ns: np.ndarray      # end of the last op per core (cores in sorted order)
+
+
+def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhead_ns: np.ndarray | None = None,
+           engine: np.ndarray | None = None, host_fallback: bool = True, track: np.ndarray | None = None) -> Timing:
+    """Durations of every row on one chip's rates and the in-order timeline per track (core by default).
+
+    `engine`/`host_fallback=False` re-time CPU-fallback rows as device ops (for the H100 comparison, where
+    those ops run natively); `track` maps rows to timeline tracks (e.g. several NeuronCores → one GPU).
+    """
+    eng = s.engine if engine is None else engine
+    ovh = s.launch_overhead_ns if launch_overhead_ns is None else launch_overhead_ns
+    n = len(eng)
+    tf = np.asarray(rates.tensor_flops)[s.dtype_class] * config.tensor_efficiency
+    vec = np.where(s.narrow, rates.vector_elems[1], rates.vector_elems[0]) * config.vector_efficiency
+    sca = np.where(s.narrow, rates.scalar_elems[1], rates.scalar_elems[0]) * config.scalar_efficiency
+    comp = np.zeros(n)
+    m = eng == E_TENSOR
+    comp[m] = s.flops[m] / tf[m]
+    m = eng == E_VECTOR
+    comp[m] = s.elems[m] / vec[m]
+    m = eng == E_SCALAR
+    comp[m] = s.elems[m] / sca[m]
+    m = eng == E_GPSIMD
+    comp[m] = s.elems[m] / (rates.gpsimd_elems * config.gpsimd_efficiency)
+    m = (eng == E_DMA) & ~s.is_transfer
+    comp[m] = s.moved_bytes[m] / (rates.dma_bytes * config.dma_efficiency)
+    comp *= 1e9
+    dev = (eng != E_NONE) & (eng != E_HOST) & ~s.is_transfer
+    mem = np.where(dev, (s.bytes_read + s.bytes_written) / (rates.hbm_bytes * config.hbm_efficiency) * 1e9, 0.0)
+    dur = np.maximum(comp, mem)
+    link = config.host_link_bytes_per_s
+    lat = config.host_transfer_latency_ns
+    if s.is_transfer.any():
+        dur = np.where(s.is_transfer, s.transfer_bytes / link * 1e9 + lat, dur)
+    fb = s.is_fallback & (eng == E_HOST) if host_fallback else np.zeros(n, dtype=bool)
+    if fb.any():
+        copies = (s.in_bytes / link * 1e9 + lat) + (s.out_bytes / link * 1e9 + lat)
+        dur = np.where(fb, s.host_ns + copies, dur)
+    bound = np.where(comp >= mem, B_COMPUTE, B_MEMORY).astype(np.int8)
+    bound[s.is_transfer] = B_MEMORY
+    bound[(ovh > dur) & (ovh > 0)] = B_LAUNCH
+    bound[eng == E_NONE] = B_NONE
+    bound[fb] = B_FALLBACK
+
+    tr = s.core if track is None else track
+    step = ovh + dur
+    cum = np.cumsum(step)
+    if track is None:
+        starts = s.core_start
+    else:
+        starts = np.ones(n, dtype=bool)
+        if n > 1:
+            starts[1:] = tr[1:] != tr[:-1]
+    first = np.flatnonzero(starts)
+    offsets = cum[first] - step[first]
+    tid = np.cumsum(starts) - 1
+    end = cum - offsets[tid] if n else cum
+    start = end - dur
+    last = np.concatenate((first[1:], [n])) - 1 if n else first
+    return Timing(compute_ns=comp, memory_ns=mem, duration_ns=dur, start_ns=start, end_ns=end, bound=bound,
+                  core_end_ns=end[last] if n else np.zeros(0))

@@ -1,0 +1,193 @@
+"""`Profile`: a Trace plus its modeled (or measured) device timeline, and the analyses over both.
+
+A thin facade: each method delegates to one analysis module (profiler/analysis/*) and holds the user
+docs once. Results are DataFrames or small dataclasses so notebooks and CI can assert on them
+(`assert prof.mfu > 0.4`).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import pandas as pd
+
+from neuron_studio.profiler.analysis import diff as _diff
+from neuron_studio.profiler.analysis import hot_path as _hot
+from neuron_studio.profiler.analysis import op_table as _table
+from neuron_studio.profiler.analysis import porting as _porting
+from neuron_studio.profiler.analysis import roofline as _roof
+from neuron_studio.profiler.analysis import utilization as _util
+from neuron_studio.profiler.analysis.frame import joined_ops
+from neuron_studio.profiler.trace import Trace
+
+__all__ = ["Profile", "Cost"]
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Modeled cost of one step and of 1,000 steps on the chip and on H100 (labelled modeled)."""
+
+    chip: str
+    step_time_ns: float
+    per_step_usd: float
+    per_1000_steps_usd: float
+    price_per_hour_usd: float
+    h100_step_time_ns: float
+    h100_per_step_usd: float
+    h100_per_1000_steps_usd: float
+    h100_price_per_hour_usd: float
+    modeled: bool = True
+
+    @property
+    def ratio_vs_h100(self) -> float:
+        return self.per_1000_steps_usd / self.h100_per_1000_steps_usd if self.h100_per_1000_steps_usd else float("nan")
+
+
+def default_kernel_lookup(op: str, module: str) -> list[dict]:
+    """Kernels from the registry in neuron_studio.kernels (imported lazily; the profiler works without it)."""
+    try:
+        from neuron_studio.kernels.registry import lookup
+    except ImportError:
+        return []
+    return [m.to_dict() if hasattr(m, "to_dict") else dict(m.__dict__) for m in lookup(op, module_path=module or None)]
+
+
+class Profile:
+    """Analyses of one run. Build with `Profile.from_trace(trace)`."""
+
+    def __init__(self, trace: Trace, modeled: Any, *, kernel_lookup: Callable[[str, str], list[dict]] | None = None,
+                 run_id: int | None = None) -> None:
+        self.trace = trace
+        self.modeled = modeled
+        self.kernel_lookup = kernel_lookup
+        self.run_id = run_id
+        self.ops = joined_ops(trace.ops, modeled.ops_frame())
+
+    @classmethod
+    def from_trace(cls, trace: Trace, *, chip: str | None = None, mode: str | None = None, config: Any = None,
+                   kernel_lookup: Callable[[str, str], list[dict]] | None = default_kernel_lookup) -> "Profile":
+        from neuron_studio.profiler.model import model_run
+
+        recompiles = int(trace.compiles["recompile"].sum()) if len(trace.compiles) else 0
+        modeled = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
+                            recompiles=recompiles)
+        return cls(trace, modeled, kernel_lookup=kernel_lookup)
+
+    # -- headline figures --------------------------------------------------------------------------
+    @property
+    def summary(self) -> Any:
+        return self.modeled.summary
+
+    @property
+    def steps(self) -> int:
+        return self.trace.steps
+
+    @property
+    def step_time_ns(self) -> float:
+        """Modeled device time of one steady-state step on the chosen chip."""
+        return self.summary.step_time_ns / self.steps
+
+    @property
+    def host_time_ns(self) -> float:
+        return float(self.trace.meta.get("wall_ns", 0)) / self.steps
+
+    @property
+    def mfu(self) -> float:
+        return self.summary.mfu
+
+    @property
+    def mbu(self) -> float:
+        return self.summary.mbu
+
+    @property
+    def launches_per_step(self) -> float:
+        return self.summary.launches / self.steps
+
+    @property
+    def modeled_figures(self) -> bool:
+        return self.trace.meta.get("figures", {}).get("device_time", "modeled") == "modeled"
+
+    # -- analyses ----------------------------------------------------------------------------------
+    def op_table(self, by: str = "op", *, sort: str = "device_ns", top: int | None = None) -> pd.DataFrame:
+        return _table.op_table(self.ops, by=by, steps=self.steps, sort=sort, top=top)
+
+    def module_tree(self) -> pd.DataFrame:
+        return _table.module_tree(self.ops)
+
+    def engine_utilization(self, bins: int = 100) -> pd.DataFrame:
+        return _util.engine_utilization(self.ops, bins=bins)
+
+    def engine_totals(self) -> dict[str, float]:
+        return dict(self.summary.engine_utilization)
+
+    def roofs(self) -> _roof.Roofs:
+        s = self.summary
+        return _roof.Roofs(peak_flops=s.peak_flops_per_s, hbm_bytes_per_s=s.hbm_bytes_per_s,
+                           ridge_intensity=s.peak_flops_per_s / max(s.hbm_bytes_per_s, 1.0), chip=s.chip)
+
+    def roofline(self) -> pd.DataFrame:
+        return _roof.roofline_points(self.ops, self.roofs())
+
+    @functools.cache
+    def hot_path(self, top_share: float = 0.8, max_ops: int = 10) -> list[_hot.HotOp]:
+        return _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=self.kernel_lookup)
+
+    def cpu_fallbacks(self) -> pd.DataFrame:
+        return _porting.cpu_fallbacks(self.ops)
+
+    def sync_points(self) -> pd.DataFrame:
+        return _porting.sync_points(self.ops, list(self.modeled.groups) if self.trace.mode == "adaptive" else None)
+
+    def recompiles(self) -> pd.DataFrame:
+        return _porting.recompiles(self.trace.compiles)
+
+    def transfers(self) -> pd.DataFrame:
+        return _porting.transfers(self.ops)
+
+    def idle_gaps(self, min_gap_ns: int = 1000) -> pd.DataFrame:
+        return _porting.idle_gaps(self.ops, min_gap_ns=min_gap_ns)
+
+    def fusion_groups(self) -> pd.DataFrame:
+        return self.modeled.groups.to_frame()
+
+    def cost(self) -> Cost:
+        s = self.summary
+        n = self.steps
+        return Cost(
+            chip=s.chip, step_time_ns=s.step_time_ns / n, per_step_usd=s.cost_per_step_usd / n,
+            per_1000_steps_usd=s.cost_per_1000_steps_usd / n, price_per_hour_usd=s.price_per_chip_hour_usd,
+            h100_step_time_ns=s.h100_step_time_ns / n, h100_per_step_usd=s.h100_cost_per_step_usd / n,
+            h100_per_1000_steps_usd=s.h100_cost_per_1000_steps_usd / n,
+            h100_price_per_hour_usd=s.h100_price_per_chip_hour_usd,
+        )
+
+    def diff(self, other: "Profile") -> _diff.ProfileDiff:
+        """Changes from `other` (before) to this profile (after), per step."""
+        ops = _diff.diff_tables(other.op_table(), self.op_table())
+        eb = {k: v / other.steps for k, v in other.summary.engine_busy_ns.items()}
+        ea = {k: v / self.steps for k, v in self.summary.engine_busy_ns.items()}
+        eng = pd.DataFrame({"key": sorted(set(eb) | set(ea))})
+        eng["per_step_device_ns"] = 0.0
+        before = eng.assign(per_step_device_ns=[eb.get(k, 0.0) for k in eng["key"]])
+        after = eng.assign(per_step_device_ns=[ea.get(k, 0.0) for k in eng["key"]])
+        engines = _diff.diff_tables(before, after).rename(columns={"key": "engine"})
+        return _diff.ProfileDiff(ops=ops, engines=engines, step_time_before_ns=other.step_time_ns,
+                                 step_time_after_ns=self.step_time_ns)
+
+    # -- export / display --------------------------------------------------------------------------
+    def to_summary(self, **extra: Any) -> dict[str, Any]:
+        """The compact JSON summary (the MIME payload the notebook and the JupyterLab extension render)."""
+        from neuron_studio.profiler.summary import profile_summary
+
+        return profile_summary(self, **extra)
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
+        from neuron_studio.ui.bundle import mime_bundle
+
+        return mime_bundle(self)
+
+    def __repr__(self) -> str:
+        from neuron_studio.ui.text import render_text
+
+        return render_text(self.to_summary())

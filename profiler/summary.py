@@ -1,0 +1,106 @@
+"""The compact, JSON-safe summary of a Profile: the payload of `application/vnd.neuron-studio.profile+json`.
+
+Everything a renderer needs and nothing it must compute: renderers (inline HTML, the JupyterLab
+extension, the CLI report) only lay this out.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["profile_summary", "SUMMARY_VERSION"]
+
+SUMMARY_VERSION = 1
+_TOP_TABLE = 30
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _int(v: Any) -> int:
+    f = _num(v)
+    return int(f) if f is not None else 0
+
+
+def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = None, cell_key: str | None = None,
+                    notebook: str | None = None, status: str | None = None, compare: dict | None = None,
+                    warnings: list[str] | None = None, timeline_bins: int = 60) -> dict[str, Any]:
+    meta = prof.trace.meta
+    s = prof.summary
+    cost = prof.cost()
+    table = prof.op_table(top=_TOP_TABLE)
+    util = prof.engine_utilization(bins=timeline_bins)
+    engines = ["tensor", "vector", "scalar", "gpsimd", "dma"]
+    steps = prof.steps
+    hot = []
+    for h in prof.hot_path():
+        k = h.kernels[0] if h.kernels else None
+        hot.append({
+            "op": h.op, "module": h.module, "source": h.source, "device_ns": _int(h.device_ns / steps),
+            "share": _num(h.share), "bound": h.bound, "why": h.why, "engine": h.engine, "count": h.count,
+            "kernel": None if k is None else {
+                "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
+                "line": k.get("line"), "saving_ns": _num(k.get("saving_ns")),
+            },
+        })
+    fb = prof.cpu_fallbacks()
+    sp = prof.sync_points()
+    rc = prof.recompiles()
+    return {
+        "version": SUMMARY_VERSION,
+        "run_id": run_id if run_id is not None else prof.run_id,
+        "name": name or meta.get("name"),
+        "cell_key": cell_key,
+        "notebook": notebook,
+        "mode": prof.trace.mode,
+        "chip": s.chip,
+        "backend": meta.get("backend", "emulated"),
+        "modeled": prof.modeled_figures,
+        "status": status or meta.get("status", "ok"),
+        "steps": steps,
+        "step_time_ns": _num(prof.step_time_ns),
+        "host_time_ns": _num(prof.host_time_ns),
+        "mfu": _num(s.mfu),
+        "mbu": _num(s.mbu),
+        "launches": _num(prof.launches_per_step),
+        "ops_per_step": _num(s.n_ops / steps),
+        "engines": [{"engine": e, "utilization": _num(s.engine_utilization.get(e, 0.0)),
+                     "busy_ns": _num(s.engine_busy_ns.get(e, 0.0) / steps)} for e in engines],
+        "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
+                     **{e: [round(float(x), 4) for x in util[e]] for e in engines}},
+        "hot_ops": hot,
+        "op_table": [{"op": r.key, "count": int(r.count), "device_ns": _num(r.per_step_device_ns),
+                      "host_ns": _num(r.host_ns / steps), "flops": _num(r.flops / steps),
+                      "bytes": _num(r.bytes / steps), "engine": r.engine, "bound": r.bound, "share": _num(r.share)}
+                     for r in table.itertuples(index=False)],
+        "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
+                   "recompiles": int(len(rc))},
+        "fallbacks": [{"op": r.op, "count": int(r.count), "reason": r.reason, "time_ns": _num(r.device_ns)}
+                      for r in fb.itertuples(index=False)],
+        "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": r.module}
+                        for r in sp.head(50).itertuples(index=False)],
+        "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
+                       for r in rc.itertuples(index=False)],
+        "cost": {"chip": cost.chip, "per_step_usd": _num(cost.per_step_usd),
+                 "per_1000_steps_usd": _num(cost.per_1000_steps_usd),
+                 "h100_per_1000_steps_usd": _num(cost.h100_per_1000_steps_usd),
+                 "price_per_hour_usd": _num(cost.price_per_hour_usd),
+                 "h100_price_per_hour_usd": _num(cost.h100_price_per_hour_usd),
+                 "h100_step_time_ns": _num(cost.h100_step_time_ns), "modeled": True},
+        "compare": compare,
+        "warnings": list(warnings or []) + _trace_warnings(meta),
+    }
+
+
+def _trace_warnings(meta: dict) -> list[str]:
+    out = []
+    if meta.get("dropped_events"):
+        out.append(f"{meta['dropped_events']} op events were dropped (buffer full); figures undercount")
+    if meta.get("host_events_error"):
+        out.append(f"host events unavailable: {meta['host_events_error']}")
+    return out
