@@ -70,12 +70,16 @@ class _ModuleTracker:
         self.trans_phase.append(phase)
 
     def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
+            return
         if threading.get_ident() != self.thread:
             return
         self.stack.append(self._name(module))
         self._mark("forward")
 
     def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
+            return
         if threading.get_ident() != self.thread or not self.stack:
             return
         self.stack.pop()

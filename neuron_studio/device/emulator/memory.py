@@ -34,8 +34,11 @@ class MemoryTracker:
 
     def track(self, wrapper: torch.Tensor, elem: torch.Tensor, index: int) -> None:
         # Runs for every op output: kept lean (the GIL serialises the dict updates).
-        st = elem.untyped_storage()
-        key = (index, st.data_ptr())
+        try:
+            st = elem.untyped_storage()
+            key = (index, st.data_ptr())
+        except RuntimeError:  # fake/functional tensors while torch.compile traces: no memory to count
+            return
         if key[1] == 0:
             return
         entry = self._storages.get(key)
@@ -49,7 +52,8 @@ class MemoryTracker:
                 d.peak = d.allocated
         else:
             entry[0] += 1
-        self._refs[weakref.ref(wrapper, self._release)] = key
+        # weakref on the CPU data, not the wrapper: torch.utils.swap_tensors refuses tensors with weakrefs
+        self._refs[weakref.ref(elem, self._release)] = key
 
     def _release(self, ref: weakref.ref) -> None:
         key = self._refs.pop(ref, None)

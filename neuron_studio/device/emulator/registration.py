@@ -6,6 +6,7 @@ This is the only place that changes torch's global state, and it runs only from
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -89,7 +90,16 @@ def _is_pinned(self, device=None):  # noqa: ANN001, ANN202
     return torch.ops.aten.is_pinned.default.redispatch(_CPU_KEYS, self, device)
 
 
+def _factory_fallback(op, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+    """Any other op that reaches the PrivateUse1 key holds no neuron tensor: a factory such as
+    `triu_indices(..., device="neuron")`. Run it on the host and place the result on the device."""
+    return NeuronTensor.__torch_dispatch__(op, (), args, kwargs)
+
+
 def _register_kernels() -> None:
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_factory_fallback, "PrivateUse1")
+    _LIB.append(fallback)
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
@@ -196,3 +206,6 @@ def register_emulator(registry: Any) -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_kernels()
+    from neuron_studio.device.emulator import dynamo_skip
+
+    dynamo_skip.skip_emulator_frames_in_dynamo([tensor, runtime, sys.modules[__name__]])

@@ -96,8 +96,19 @@ class NeuronTensor(torch.Tensor):
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
+    # Traceable wrapper subclass: Dynamo/AOTAutograd see through it to the CPU ops on `_elem`, so
+    # torch.compile works; the "neuron" backend then runs the traced graph itself and records each op.
+    def __tensor_flatten__(self) -> tuple[list[str], int]:
+        return ["_elem"], self._nidx
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):  # noqa: ANN001, ANN205
+        return NeuronTensor(inner["_elem"], ctx)
+
     # -- host-side conveniences that C++ would otherwise do on a storage we do not have -------------
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: ANN001
+        if type(self._elem) is not _Tensor or _tracing():  # traced (fake) data: describe, never compute
+            return f"NeuronTensor(shape={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}', traced)"
         with _quiet():
             if tensor_contents is None:
                 tensor_contents = torch._tensor_str._tensor_str(self._elem.detach(), len("tensor("))
@@ -128,15 +139,21 @@ class NeuronTensor(torch.Tensor):
     def data_ptr(self) -> int:
         return self._elem.data_ptr()
 
-    def untyped_storage(self):  # noqa: ANN201
-        return self._elem.untyped_storage()
-
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
         bus = _bus
-        if bus.active and not getattr(_state, "quiet", False):
+        if bus.active and not getattr(_state, "quiet", False) and not _tracing():
             return _dispatch_recorded(func, args, kwargs or {})
         return _dispatch(func, args, kwargs)
+
+
+_FAKE = torch._C._TorchDispatchModeKey.FAKE
+_PROXY = torch._C._TorchDispatchModeKey.PROXY
+
+
+def _tracing() -> bool:
+    """True while torch.compile/export traces through the subclass: those calls are not executions."""
+    return torch._C._get_dispatch_mode(_FAKE) is not None or torch._C._get_dispatch_mode(_PROXY) is not None
 
 
 def _unwrap(args: tuple) -> tuple[list, int, bool]:
@@ -164,14 +181,21 @@ def _unwrap(args: tuple) -> tuple[list, int, bool]:
                             _raise_mixed(f"{DEVICE_TYPE}:{index}", str(x.device))
                         inner.append(x._elem)
                     else:
-                        if isinstance(x, _Tensor) and x.dim() > 0:
-                            host = True
+                        if isinstance(x, _Tensor):
+                            if x.device.type == DEVICE_TYPE:
+                                x = x.to(_CPU)
+                            elif x.dim() > 0:
+                                host = True
                         inner.append(x)
                 out.append(inner)
             else:
                 out.append(a)
         elif t is _Tensor or isinstance(a, _Tensor):
-            if a.dim() > 0:
+            # a tensor claiming the neuron device without being a NeuronTensor is a FakeTensor
+            # created while torch.compile traces: it is on the device, not the host
+            if a.device.type == DEVICE_TYPE:
+                a = a.to(_CPU)  # its data lives on the host side of the emulator, like every _elem
+            elif a.dim() > 0:
                 host = True
             out.append(a)
         else:
@@ -229,11 +253,14 @@ def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
 
 def _rewrap(out, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
     """Wrap results on the target device; `kwargs` are the caller's (un-unwrapped) keyword arguments."""
-    if type(out) is _Tensor:
+    # isinstance, not `type is`: while torch.compile traces, the CPU results are FakeTensors
+    if type(out) is _Tensor or (isinstance(out, _Tensor) and type(out) is not NeuronTensor):
         return _wrap_one(out, args, uargs, kwargs, target)
     if isinstance(out, (tuple, list)):
         res = [
-            _wrap_one(o, args, uargs, kwargs, target) if type(o) is _Tensor else o for o in out
+            _wrap_one(o, args, uargs, kwargs, target)
+            if isinstance(o, _Tensor) and type(o) is not NeuronTensor else o
+            for o in out
         ]
         return type(out)(res) if isinstance(out, tuple) else res
     return out
@@ -268,16 +295,14 @@ _CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
 
 
 def _sync_metadata(w: NeuronTensor) -> None:
-    """After resize_/out=, the wrapper's sizes must follow its CPU data (a known wrapper pitfall)."""
+    """After resize_/out=/transpose_/as_strided_, the wrapper's geometry must follow its CPU data."""
     e = w._elem
-    if w.shape != e.shape or (w.numel() and w.stride() != e.stride()):
+    if w.shape != e.shape or w.stride() != e.stride() or w.storage_offset() != e.storage_offset():
         with torch._C._DisableTorchDispatch():
-            aten.resize_.default.redispatch(_CPU_KEYS, w, list(e.shape))
-        if w.numel() and w.stride() != e.stride():
-            raise RuntimeError(
-                f"neuron (emulated): an out= or resize_ produced a non-contiguous result {tuple(e.shape)} "
-                f"with strides {e.stride()} that the wrapper cannot mirror; pass a contiguous out tensor"
-            )
+            # The wrapper's own (data-less) storage must be large enough for the new geometry first.
+            if w.numel() < e.untyped_storage().nbytes() // max(e.element_size(), 1):
+                aten.resize_.default.redispatch(_CPU_KEYS, w, [e.untyped_storage().nbytes() // max(e.element_size(), 1)])
+            aten.as_strided_.default.redispatch(_CPU_KEYS, w, e.shape, e.stride(), e.storage_offset())
 
 
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
@@ -409,6 +434,12 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None: 
             tags=tags,
         )
     )
+
+
+def record_op(func, args, kwargs, out, t0: int, t1: int, index: int) -> None:  # noqa: ANN001
+    """Record an op that ran outside the subclass (a compiled graph's node on CPU tensors)."""
+    if _bus.active:
+        _record(func, args, args, kwargs, out, t0, t1, index)
 
 
 def _copy_direction(func, args, kw, target: int) -> tuple[str, str]:  # noqa: ANN001

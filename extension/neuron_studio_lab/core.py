@@ -1,0 +1,378 @@
+"""What the server routes do, without tornado: resolve paths safely, read the run store, bin timelines.
+
+Every function takes plain values and returns JSON-ready data or raises one of the typed errors below;
+`routes.py` maps those to HTTP statuses in one place.
+
+The run store is `neuron_studio.store`. It is loaded from its file without executing `neuron_studio`'s
+package `__init__` (which registers the `neuron` torch device and so imports torch): the Jupyter server
+only reads SQLite and Parquet and should not pay for, or depend on, torch.
+"""
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import math
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterable
+
+import numpy as np
+
+__all__ = [
+    "ApiError",
+    "BadRequest",
+    "Forbidden",
+    "NotFound",
+    "ENGINES",
+    "DEFAULT_BINS",
+    "MAX_BINS",
+    "MAX_PAGE_SIZE",
+    "run_store_module",
+    "kernels_dir",
+    "resolve_inside",
+    "store_for_notebook",
+    "list_runs",
+    "get_run",
+    "timeline",
+    "kernel_source",
+]
+
+#: Engines in display order; ops on other engines (e.g. "none") are reported under their own name.
+ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+DEFAULT_BINS = 200
+MAX_BINS = 5000
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 5000
+DEVICE_OPS_TABLE = "device_ops"
+STORE_DIRNAME = ".neuron_studio"
+DEVICE_OPS_COLUMNS = (
+    "seq", "name", "core", "engine", "start_ns", "end_ns", "flops", "bytes_read", "bytes_written",
+    "bound", "module", "source",
+)
+
+
+class ApiError(Exception):
+    """An error with an HTTP status; the message is safe to show the user."""
+
+    status = 500
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+# -- locating neuron_studio pieces without importing the package ----------------------------------
+
+
+def _find_spec(fullname: str) -> importlib.machinery.ModuleSpec | None:
+    """Ask the import system's finders for a spec without importing any parent package."""
+    if fullname in sys.modules and getattr(sys.modules[fullname], "__spec__", None) is not None:
+        return sys.modules[fullname].__spec__
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(fullname, None)
+        except Exception:  # noqa: BLE001 - a finder that cannot answer is skipped
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def _package_dir(fullname: str) -> Path | None:
+    spec = _find_spec(fullname)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@lru_cache(maxsize=1)
+def run_store_module() -> ModuleType:
+    """`neuron_studio.store`: the imported module when present, else loaded from its file."""
+    mod = sys.modules.get("neuron_studio.store")
+    if mod is not None:
+        return mod
+    pkg = _package_dir("neuron_studio")
+    if pkg is None or not (pkg / "store.py").is_file():
+        raise ApiError("neuron_studio is not installed in the Jupyter server's environment")
+    spec = importlib.util.spec_from_file_location("neuron_studio_lab._run_store", pkg / "store.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses need the module registered while it executes
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def kernels_dir() -> Path | None:
+    """The installed `neuron_studio.kernels` package directory (resolved), or None.
+
+    `NEURON_STUDIO_KERNELS_DIR` overrides (tests, unusual installs).
+    """
+    env = os.environ.get("NEURON_STUDIO_KERNELS_DIR")
+    if env:
+        return Path(env).resolve()
+    found = _package_dir("neuron_studio.kernels")
+    if found is None:
+        pkg = _package_dir("neuron_studio")
+        found = None if pkg is None else pkg / "kernels"
+    return found.resolve() if found is not None and found.is_dir() else None
+
+
+# -- paths ------------------------------------------------------------------------------------------
+
+
+def _real_root(root_dir: str | os.PathLike[str]) -> Path:
+    return Path(os.path.expanduser(os.fspath(root_dir))).resolve()
+
+
+def resolve_inside(root_dir: str | os.PathLike[str], rel_path: str) -> Path:
+    """`rel_path` (relative to the server root, '/'-separated) resolved; Forbidden when it escapes."""
+    if not isinstance(rel_path, str) or "\x00" in rel_path:
+        raise BadRequest("invalid path")
+    root = _real_root(root_dir)
+    candidate = Path(rel_path.lstrip("/"))
+    if candidate.is_absolute() or candidate.drive:
+        raise Forbidden("absolute paths are not allowed")
+    resolved = (root / candidate).resolve()
+    if not resolved.is_relative_to(root):
+        raise Forbidden("path is outside the server root")
+    return resolved
+
+
+def store_for_notebook(root_dir: str | os.PathLike[str], notebook_path: str) -> Any | None:
+    """The run store in the notebook's directory (`<dir>/.neuron_studio/`), or None if there is none.
+
+    Reading never creates a store.
+    """
+    if not notebook_path:
+        raise BadRequest("missing 'path' (the notebook path relative to the server root)")
+    notebook = resolve_inside(root_dir, notebook_path)
+    directory = notebook if notebook.is_dir() else notebook.parent
+    store_dir = directory / STORE_DIRNAME
+    if not (store_dir / "runs.sqlite").is_file():
+        return None
+    store_mod = run_store_module()
+    try:
+        return store_mod.RunStore(store_dir, create=False)
+    except store_mod.SchemaVersionError as exc:
+        raise ApiError(str(exc)) from exc
+
+
+# -- runs -------------------------------------------------------------------------------------------
+
+
+def _finite(value: Any) -> Any:
+    """JSON-safe copy: NaN/inf floats become None (JSON has no NaN)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _run_row(record: Any, root_dir: str | os.PathLike[str], *, with_summary: bool) -> dict[str, Any]:
+    row = record.to_dict()
+    row.pop("trace_dir", None)  # absolute server paths stay on the server
+    if not with_summary:
+        row.pop("summary", None)
+    return _finite(row)
+
+
+def list_runs(root_dir: str | os.PathLike[str], notebook_path: str, *, limit: int | None = None) -> dict[str, Any]:
+    store = store_for_notebook(root_dir, notebook_path)
+    if store is None:
+        return {"runs": [], "store": None}
+    runs = [_run_row(r, root_dir, with_summary=False) for r in store.list_runs(limit=limit)]
+    return {"runs": runs, "store": os.path.relpath(store.root, _real_root(root_dir))}
+
+
+def _get_record(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -> tuple[Any, Any]:
+    store = store_for_notebook(root_dir, notebook_path)
+    if store is None:
+        raise NotFound(f"no Neuron Studio runs next to {notebook_path!r}")
+    store_mod = run_store_module()
+    try:
+        return store, store.get_run(int(run_id))
+    except store_mod.RunNotFound as exc:
+        raise NotFound(str(exc)) from exc
+
+
+def get_run(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -> dict[str, Any]:
+    store, record = _get_record(root_dir, notebook_path, run_id)
+    previous = store.previous_run(record.id)
+    return {
+        "run": _run_row(record, root_dir, with_summary=True),
+        "tables": store.list_tables(record.id),
+        "previous_run": None if previous is None else previous.id,
+    }
+
+
+# -- timeline ---------------------------------------------------------------------------------------
+
+
+def _coverage(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Busy time per bin: sum over ops of |[start, end) ∩ bin|, exact, O((n + bins) log n).
+
+    F(t) = Σ max(0, t - start) - Σ max(0, t - end); the busy time in [a, b) is F(b) - F(a).
+    """
+    def ramp_sum(points: np.ndarray) -> np.ndarray:
+        pts = np.sort(points)
+        prefix = np.concatenate(([0.0], np.cumsum(pts)))
+        k = np.searchsorted(pts, edges, side="left")
+        return k * edges - prefix[k]
+
+    total = ramp_sum(starts) - ramp_sum(ends)
+    return np.diff(total)
+
+
+def timeline(
+    root_dir: str | os.PathLike[str],
+    notebook_path: str,
+    run_id: int,
+    *,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+    bins: int = DEFAULT_BINS,
+    page: int | None = None,
+    page_size: int = DEFAULT_PAGE_SIZE,
+) -> dict[str, Any]:
+    """Per-engine utilization in `bins` equal bins over [start_ns, end_ns) and, when `page` is given,
+    one page of the ops overlapping that window ordered by start time.
+
+    Utilization of an engine in a bin = busy time of that engine summed over cores / (bin width × cores).
+    """
+    if not 1 <= bins <= MAX_BINS:
+        raise BadRequest(f"bins must be between 1 and {MAX_BINS}")
+    if page is not None and page < 0:
+        raise BadRequest("page must be >= 0")
+    if page_size < 1:
+        raise BadRequest("page_size must be >= 1")
+    page_size = min(page_size, MAX_PAGE_SIZE)
+    store, record = _get_record(root_dir, notebook_path, run_id)
+    store_mod = run_store_module()
+    try:
+        table = store.load_table(record.id, DEVICE_OPS_TABLE)
+    except store_mod.TableNotFound as exc:
+        raise NotFound(str(exc)) from exc
+    missing = [c for c in ("engine", "start_ns", "end_ns", "core") if c not in table.column_names]
+    if missing:
+        raise ApiError(f"run {record.id}'s {DEVICE_OPS_TABLE} table lacks columns: {', '.join(missing)}")
+
+    starts = table.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    ends = table.column("end_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    engines = np.asarray(table.column("engine").to_pylist(), dtype=object)
+    cores = table.column("core").to_numpy(zero_copy_only=False)
+    n_cores = max(1, int(np.unique(cores).size)) if cores.size else 1
+
+    lo = int(starts.min()) if starts.size else 0
+    hi = int(ends.max()) if ends.size else 0
+    lo = lo if start_ns is None else int(start_ns)
+    hi = hi if end_ns is None else int(end_ns)
+    if hi < lo:
+        raise BadRequest("end_ns must be >= start_ns")
+    span = max(hi - lo, 1)
+    # relative float times: exact enough for display, and no int64 overflow in the prefix sums
+    edges = np.linspace(0.0, float(span), bins + 1)
+    rel_s = (starts - lo).astype(np.float64)
+    rel_e = (ends - lo).astype(np.float64)
+    bin_ns = span / bins
+
+    present = [e for e in dict.fromkeys(engines.tolist()) if e not in ENGINES]
+    util: dict[str, list[float]] = {}
+    for engine in (*ENGINES, *sorted(map(str, present))):
+        mask = engines == engine
+        if not mask.any():
+            util[engine] = [0.0] * bins
+            continue
+        busy = _coverage(edges, rel_s[mask], rel_e[mask])
+        util[engine] = np.clip(busy / (bin_ns * n_cores), 0.0, 1.0).round(6).tolist()
+
+    out: dict[str, Any] = {
+        "run_id": record.id,
+        "start_ns": lo,
+        "end_ns": hi,
+        "bins": bins,
+        "bin_ns": bin_ns,
+        "cores": n_cores,
+        "engines": util,
+        "total_ops": table.num_rows,
+    }
+    if page is not None:
+        window = np.flatnonzero((ends >= lo) & (starts <= hi))
+        order = window[np.argsort(starts[window], kind="stable")]
+        chosen = order[page * page_size:(page + 1) * page_size]
+        cols = [c for c in DEVICE_OPS_COLUMNS if c in table.column_names]
+        rows = table.select(cols).take(chosen).to_pylist() if chosen.size else []
+        out["ops"] = {
+            "page": page,
+            "page_size": page_size,
+            "total": int(window.size),
+            "pages": int(math.ceil(window.size / page_size)),
+            "rows": _finite(rows),
+        }
+    return out
+
+
+# -- kernel sources ---------------------------------------------------------------------------------
+
+
+def _allowed_roots(root_dir: str | os.PathLike[str]) -> Iterable[tuple[str, Path]]:
+    yield "server_root", _real_root(root_dir)
+    kd = kernels_dir()
+    if kd is not None:
+        yield "kernels", kd
+
+
+def kernel_source(root_dir: str | os.PathLike[str], file: str, line: int | None) -> dict[str, Any]:
+    """Validate a kernel file reference from a profile.
+
+    Allowed: regular files inside the server root tree or inside the installed `neuron_studio/kernels`
+    package directory, after resolving symlinks. Returns the path relative to the server root (when it
+    is inside it; the front end opens it in the editor) or, for kernels outside the root, the source text.
+    """
+    if not file or "\x00" in file:
+        raise BadRequest("missing or invalid 'file'")
+    if line is None:
+        line = 1
+    if line < 1:
+        raise BadRequest("line must be >= 1")
+    root = _real_root(root_dir)
+    candidate = Path(os.path.expanduser(file)) if os.path.isabs(os.path.expanduser(file)) else root / file
+    try:
+        real = candidate.resolve(strict=True)
+    except (OSError, RuntimeError):
+        # do not reveal whether files outside the allowed trees exist
+        if not any(candidate.resolve().is_relative_to(r) for _, r in _allowed_roots(root_dir)):
+            raise Forbidden("file is outside the server root and the Neuron Studio kernels") from None
+        raise NotFound("no such file") from None
+    where = next((name for name, r in _allowed_roots(root_dir) if real.is_relative_to(r)), None)
+    if where is None:
+        raise Forbidden("file is outside the server root and the Neuron Studio kernels")
+    if not real.is_file():
+        raise NotFound("not a file")
+    with real.open("r", encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    out: dict[str, Any] = {"line": min(line, max(n_lines, 1)), "lines": n_lines, "in_root": real.is_relative_to(root)}
+    if out["in_root"]:
+        out["path"] = real.relative_to(root).as_posix()
+    else:
+        out["path"] = None
+        out["name"] = real.name
+        out["source"] = text
+    return out

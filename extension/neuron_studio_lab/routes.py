@@ -1,0 +1,112 @@
+"""HTTP routes under `<base_url>/neuron-studio/`. Handlers parse arguments and delegate to `core`.
+
+Every verb of every handler is `@tornado.web.authenticated`; `core.ApiError`s become 400/403/404/500 in
+`_BaseHandler.write_error`, the one place errors are mapped.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+
+from . import core
+
+NAMESPACE = "neuron-studio"
+
+
+class _BaseHandler(APIHandler):
+    """Shared argument parsing and the single error mapping."""
+
+    @tornado.web.authenticated
+    def options(self, *args: Any, **kwargs: Any) -> None:
+        """APIHandler answers CORS preflights unauthenticated; these routes are same-origin only."""
+        super().options(*args, **kwargs)
+
+    @property
+    def root_dir(self) -> str:
+        return str(self.settings.get("server_root_dir") or self.settings.get("root_dir") or ".")
+
+    def int_arg(self, name: str, default: int | None = None) -> int | None:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise core.BadRequest(f"{name!r} must be an integer") from None
+
+    def send(self, payload: Any) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(payload, allow_nan=False))
+
+    def run(self, fn: Callable[[], Any]) -> None:
+        try:
+            payload = fn()
+        except core.ApiError as exc:
+            self.set_status(exc.status)
+            self.send({"error": type(exc).__name__, "message": str(exc)})
+            return
+        self.send(payload)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        # anything that escaped `run`: a JSON body, no traceback
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps({"error": "ServerError" if status_code >= 500 else "HTTPError",
+                                "message": self._reason}))
+
+
+class RunsHandler(_BaseHandler):
+    @tornado.web.authenticated
+    def get(self) -> None:
+        path = self.get_query_argument("path", "")
+        self.run(lambda: core.list_runs(self.root_dir, path, limit=self.int_arg("limit")))
+
+
+class RunHandler(_BaseHandler):
+    @tornado.web.authenticated
+    def get(self, run_id: str) -> None:
+        path = self.get_query_argument("path", "")
+        self.run(lambda: core.get_run(self.root_dir, path, int(run_id)))
+
+
+class TimelineHandler(_BaseHandler):
+    @tornado.web.authenticated
+    def get(self, run_id: str) -> None:
+        def work() -> Any:
+            return core.timeline(
+                self.root_dir,
+                self.get_query_argument("path", ""),
+                int(run_id),
+                start_ns=self.int_arg("start_ns"),
+                end_ns=self.int_arg("end_ns"),
+                bins=self.int_arg("bins", core.DEFAULT_BINS),  # type: ignore[arg-type]
+                page=self.int_arg("page"),
+                page_size=self.int_arg("page_size", core.DEFAULT_PAGE_SIZE),  # type: ignore[arg-type]
+            )
+
+        self.run(work)
+
+
+class KernelSourceHandler(_BaseHandler):
+    @tornado.web.authenticated
+    def get(self) -> None:
+        file = self.get_query_argument("file", "")
+        self.run(lambda: core.kernel_source(self.root_dir, file, self.int_arg("line", 1)))
+
+
+def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
+    """The extension's (pattern, handler) pairs; tests enumerate these to check authentication."""
+    prefix = url_path_join(base_url, NAMESPACE)
+    return [
+        (url_path_join(prefix, "runs"), RunsHandler),
+        (url_path_join(prefix, r"runs/(\d+)"), RunHandler),
+        (url_path_join(prefix, r"runs/(\d+)/timeline"), TimelineHandler),
+        (url_path_join(prefix, "kernel-source"), KernelSourceHandler),
+    ]
+
+
+def setup_route_handlers(web_app: tornado.web.Application) -> None:
+    web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))

@@ -1,0 +1,342 @@
+/**
+ * The "Neuron Profiler" main-area panel: runs of the current notebook's store, a run's detail
+ * (summary, binned timeline, op page, hot path) and a two-run compare view.
+ */
+import { Widget } from '@lumino/widgets';
+
+import { bar, el, fmtNs, fmtPct, fmtSignedPct, hotOpsTable, IProfileViewActions, renderProfile, table } from './mime';
+import { requestAPI } from './request';
+import {
+  ENGINES,
+  IDeviceOp,
+  IOpRow,
+  IRunDetail,
+  IRunRow,
+  IRunsResponse,
+  ITimelineResponse
+} from './tokens';
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const TIMELINE_BINS = 120;
+const OPS_PAGE_SIZE = 100;
+
+function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    node.setAttribute(k, String(v));
+  }
+  return node;
+}
+
+/** Per-engine utilization heat strips: one row per engine, one rect per bin. */
+export function timelineSvg(t: ITimelineResponse): SVGSVGElement {
+  const names = [...ENGINES, ...Object.keys(t.engines).filter(e => !(ENGINES as readonly string[]).includes(e))];
+  const rowH = 18;
+  const labelW = 60;
+  const width = 720;
+  const binW = (width - labelW) / Math.max(1, t.bins);
+  const root = svg('svg', {
+    class: 'ns-Timeline',
+    width,
+    height: names.length * rowH + 16,
+    viewBox: `0 0 ${width} ${names.length * rowH + 16}`,
+    role: 'img'
+  });
+  names.forEach((name, row) => {
+    const values = t.engines[name] ?? [];
+    const label = svg('text', { x: 0, y: row * rowH + 13, class: 'ns-Timeline-label' });
+    label.textContent = name;
+    root.appendChild(label);
+    values.forEach((u, i) => {
+      if (u <= 0) {
+        return;
+      }
+      const rect = svg('rect', {
+        x: labelW + i * binW,
+        y: row * rowH + 2,
+        width: Math.max(binW, 0.5),
+        height: rowH - 4,
+        class: `ns-Timeline-bin ns-Engine-${name}`,
+        'fill-opacity': Math.max(0.08, Math.min(1, u)).toFixed(3)
+      });
+      const tip = svg('title', {});
+      tip.textContent = `${name}: ${fmtPct(u)} at ${fmtNs(t.start_ns + i * t.bin_ns)}`;
+      rect.appendChild(tip);
+      root.appendChild(rect);
+    });
+  });
+  const axis = svg('text', { x: labelW, y: names.length * rowH + 13, class: 'ns-Timeline-axis' });
+  axis.textContent = `${fmtNs(0)} … ${fmtNs(t.end_ns - t.start_ns)} (${t.total_ops.toLocaleString()} ops, ${t.cores} core${t.cores === 1 ? '' : 's'})`;
+  root.appendChild(axis);
+  return root;
+}
+
+function opsPageTable(rows: IDeviceOp[]): HTMLTableElement {
+  return table(
+    ['#', 'Op', 'Engine', 'Core', 'Start', 'Duration', 'Bound', 'Module', 'Source'],
+    rows.map(r => [
+      String(r.seq),
+      String(r.name),
+      String(r.engine),
+      String(r.core),
+      fmtNs(r.start_ns),
+      fmtNs(r.end_ns - r.start_ns),
+      String(r.bound ?? ''),
+      String(r.module ?? ''),
+      String(r.source ?? '')
+    ]),
+    'ns-OpsPage'
+  );
+}
+
+/** Per-op device time deltas between two op tables (b relative to a), largest change first. */
+export function opDeltas(a: IOpRow[], b: IOpRow[]): { op: string; a: number; b: number; delta: number }[] {
+  const sum = (rows: IOpRow[]) => {
+    const m = new Map<string, number>();
+    for (const r of rows) {
+      m.set(String(r.op), (m.get(String(r.op)) ?? 0) + (Number(r.device_ns) || 0));
+    }
+    return m;
+  };
+  const ma = sum(a);
+  const mb = sum(b);
+  const ops = new Set([...ma.keys(), ...mb.keys()]);
+  return [...ops]
+    .map(op => ({ op, a: ma.get(op) ?? 0, b: mb.get(op) ?? 0, delta: (mb.get(op) ?? 0) - (ma.get(op) ?? 0) }))
+    .sort((x, y) => Math.abs(y.delta) - Math.abs(x.delta));
+}
+
+export class ProfilerPanel extends Widget {
+  constructor(
+    private _opts: { getNotebookPath: () => string | null; actions: IProfileViewActions }
+  ) {
+    super();
+    this.id = 'neuron-studio-profiler';
+    this.addClass('ns-ProfilerPanel');
+    this.title.label = 'Neuron Profiler';
+    this.title.closable = true;
+    const refresh = el('button', { class: 'jp-mod-styled ns-Refresh', text: 'Refresh', attrs: { type: 'button' } });
+    refresh.addEventListener('click', () => void this.refresh());
+    this._compareButton.addEventListener('click', () => void this.compareSelected());
+    this.node.append(
+      el('div', { class: 'ns-PanelToolbar' }, el('b', { text: 'Neuron Profiler' }), this._pathLabel, refresh, this._compareButton),
+      this._message,
+      el('div', { class: 'ns-PanelBody' }, this._list, this._detail)
+    );
+    this._updateCompareButton();
+  }
+
+  get notebookPath(): string | null {
+    return this._path;
+  }
+
+  /** Reload the runs of the current notebook's store. */
+  async refresh(): Promise<void> {
+    this._path = this._opts.getNotebookPath() ?? this._path;
+    this._pathLabel.textContent = this._path ? this._path : 'no notebook selected';
+    if (!this._path) {
+      this._setMessage('Open a notebook that has run %%neuron cells, then refresh.');
+      this._list.replaceChildren();
+      return;
+    }
+    try {
+      const data = await requestAPI<IRunsResponse>('runs', { path: this._path });
+      this._runs = data.runs;
+      this._setMessage(data.runs.length ? '' : `No runs yet next to ${this._path}.`);
+      this._renderList();
+    } catch (error) {
+      this._setMessage(`Could not list runs: ${(error as Error).message}`);
+    }
+  }
+
+  /** Show one run's detail. */
+  async showRun(runId: number): Promise<void> {
+    if (!this._path) {
+      return;
+    }
+    this._current = runId;
+    this._highlight();
+    this._detail.replaceChildren(el('div', { class: 'ns-Loading', text: `Loading run #${runId}…` }));
+    try {
+      const detail = await requestAPI<IRunDetail>(`runs/${runId}`, { path: this._path });
+      if (this._current !== runId) {
+        return;
+      }
+      const run = detail.run;
+      const timeline = el('div', { class: 'ns-TimelineBox' });
+      const opsBox = el('div', { class: 'ns-OpsBox' });
+      const parts: (HTMLElement | null)[] = [
+        el(
+          'div',
+          { class: 'ns-DetailHeader' },
+          el('h3', { text: `${run.name ?? 'run'} — #${run.id}` }),
+          el('span', { class: 'ns-Tag', text: run.status }),
+          detail.previous_run !== null
+            ? el('span', { class: 'ns-Tag', text: `previous run of this cell: #${detail.previous_run}` })
+            : null
+        ),
+        el('pre', { class: 'ns-CellSource', text: run.cell_source })
+      ];
+      if (run.summary) {
+        parts.push(renderProfile(run.summary, this._opts.actions));
+      } else {
+        parts.push(el('div', { text: 'This run has no summary.' }));
+      }
+      parts.push(el('h4', { text: 'Timeline (engine utilization)' }), timeline, el('h4', { text: 'Device ops' }), opsBox);
+      if (run.summary?.hot_ops?.length) {
+        parts.push(el('h4', { text: 'Hot path' }), hotOpsTable(run.summary.hot_ops, this._opts.actions));
+      }
+      this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
+      if (detail.tables.includes('device_ops')) {
+        await this._loadTimeline(runId, timeline, opsBox, 0);
+      } else {
+        timeline.textContent = 'No device trace stored for this run.';
+      }
+    } catch (error) {
+      this._detail.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
+    }
+  }
+
+  /** Compare the two selected runs (older first). */
+  async compareSelected(): Promise<void> {
+    const ids = [...this._selected].sort((a, b) => a - b);
+    if (ids.length !== 2 || !this._path) {
+      return;
+    }
+    this._current = null;
+    this._highlight();
+    this._detail.replaceChildren(el('div', { class: 'ns-Loading', text: 'Comparing…' }));
+    try {
+      const [a, b] = await Promise.all(ids.map(id => requestAPI<IRunDetail>(`runs/${id}`, { path: this._path! })));
+      this._detail.replaceChildren(this._compareView(a, b));
+    } catch (error) {
+      this._detail.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
+    }
+  }
+
+  private _compareView(a: IRunDetail, b: IRunDetail): HTMLElement {
+    const sa = a.run.summary;
+    const sb = b.run.summary;
+    const stepA = sa?.step_time_ns ?? a.run.step_time_ns;
+    const stepB = sb?.step_time_ns ?? b.run.step_time_ns;
+    const mfuA = sa?.mfu ?? a.run.mfu;
+    const mfuB = sb?.mfu ?? b.run.mfu;
+    const stepDelta = stepA && stepB ? ((stepB - stepA) / stepA) * 100 : null;
+    const mfuDelta = mfuA !== null && mfuA !== undefined && mfuB !== null && mfuB !== undefined ? (mfuB - mfuA) * 100 : null;
+    const deltas = opDeltas(sa?.op_table ?? [], sb?.op_table ?? []);
+    return el(
+      'div',
+      { class: 'ns-Compare' },
+      el('h3', { text: `Compare #${a.run.id} → #${b.run.id}` }),
+      table(
+        ['', `#${a.run.id} ${a.run.name ?? ''}`, `#${b.run.id} ${b.run.name ?? ''}`, 'Δ'],
+        [
+          ['Step time', fmtNs(stepA), fmtNs(stepB), el('span', { class: 'ns-Delta', text: fmtSignedPct(stepDelta) })],
+          ['MFU', fmtPct(mfuA), fmtPct(mfuB), el('span', { class: 'ns-Delta', text: mfuDelta === null ? '—' : `${mfuDelta > 0 ? '+' : ''}${mfuDelta.toFixed(1)} pts` })],
+          ['Mode', a.run.mode, b.run.mode, ''],
+          ['Chip', a.run.chip, b.run.chip, '']
+        ],
+        'ns-CompareHeadline'
+      ),
+      el('h4', { text: 'Device time per op' }),
+      deltas.length
+        ? table(
+            ['Op', `#${a.run.id}`, `#${b.run.id}`, 'Δ'],
+            deltas.map(d => [d.op, fmtNs(d.a), fmtNs(d.b), `${d.delta > 0 ? '+' : ''}${fmtNs(d.delta)}`]),
+            'ns-CompareOps'
+          )
+        : el('div', { text: 'Neither run has an op table.' })
+    );
+  }
+
+  private async _loadTimeline(runId: number, box: HTMLElement, opsBox: HTMLElement, page: number): Promise<void> {
+    const t = await requestAPI<ITimelineResponse>(`runs/${runId}/timeline`, {
+      path: this._path!,
+      bins: TIMELINE_BINS,
+      page,
+      page_size: OPS_PAGE_SIZE
+    });
+    if (this._current !== runId) {
+      return;
+    }
+    if (page === 0) {
+      const avg = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : 0);
+      box.replaceChildren(
+        timelineSvg(t),
+        el('div', { class: 'ns-TimelineAverages' }, ...Object.entries(t.engines).map(([e, xs]) => bar(e, avg(xs))))
+      );
+    }
+    const ops = t.ops!;
+    const prev = el('button', { class: 'jp-mod-styled', text: '‹ Prev', attrs: { type: 'button' } });
+    const next = el('button', { class: 'jp-mod-styled', text: 'Next ›', attrs: { type: 'button' } });
+    prev.disabled = ops.page <= 0;
+    next.disabled = ops.page + 1 >= ops.pages;
+    prev.addEventListener('click', () => void this._loadTimeline(runId, box, opsBox, ops.page - 1));
+    next.addEventListener('click', () => void this._loadTimeline(runId, box, opsBox, ops.page + 1));
+    opsBox.replaceChildren(
+      el('div', { class: 'ns-Pager' }, prev, el('span', { text: `page ${ops.page + 1} of ${Math.max(1, ops.pages)} (${ops.total.toLocaleString()} ops)` }), next),
+      opsPageTable(ops.rows)
+    );
+  }
+
+  private _renderList(): void {
+    const rows = this._runs.map(run => {
+      const check = el('input', { attrs: { type: 'checkbox', 'aria-label': `select run ${run.id}` } });
+      check.checked = this._selected.has(run.id);
+      check.addEventListener('click', event => event.stopPropagation());
+      check.addEventListener('change', () => {
+        if (check.checked) {
+          this._selected.add(run.id);
+        } else {
+          this._selected.delete(run.id);
+        }
+        this._updateCompareButton();
+      });
+      const firstLine = (run.cell_source ?? '').split('\n').find(l => l.trim() && !l.trim().startsWith('%%')) ?? '';
+      const tr = el(
+        'tr',
+        { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id) } },
+        el('td', {}, check),
+        el('td', { text: `#${run.id}` }),
+        el('td', { text: run.name ?? '' }),
+        el('td', { class: 'ns-CellPreview', text: firstLine.slice(0, 60), title: run.cell_source }),
+        el('td', { text: run.mode }),
+        el('td', { text: run.chip }),
+        el('td', { class: `ns-Status-${run.status}`, text: run.status }),
+        el('td', { text: fmtNs(run.step_time_ns) }),
+        el('td', { text: fmtPct(run.mfu) })
+      );
+      tr.addEventListener('click', () => void this.showRun(run.id));
+      return tr;
+    });
+    const head = el('tr', {}, ...['', 'Run', 'Name', 'Cell', 'Mode', 'Chip', 'Status', 'Step', 'MFU'].map(h => el('th', { text: h })));
+    this._list.replaceChildren(el('table', { class: 'ns-Table ns-RunList' }, el('thead', {}, head), el('tbody', {}, ...rows)));
+    this._highlight();
+  }
+
+  private _highlight(): void {
+    this._list.querySelectorAll('tr.ns-RunRow').forEach(tr => {
+      tr.classList.toggle('ns-mod-selected', tr.getAttribute('data-run-id') === String(this._current));
+    });
+  }
+
+  private _updateCompareButton(): void {
+    this._compareButton.disabled = this._selected.size !== 2;
+    this._compareButton.textContent = `Compare (${this._selected.size}/2)`;
+  }
+
+  private _setMessage(text: string): void {
+    this._message.textContent = text;
+    this._message.hidden = !text;
+  }
+
+  private _path: string | null = null;
+  private _runs: IRunRow[] = [];
+  private _selected = new Set<number>();
+  private _current: number | null = null;
+  private _pathLabel = el('span', { class: 'ns-PathLabel' });
+  private _message = el('div', { class: 'ns-Message' });
+  private _list = el('div', { class: 'ns-RunListBox' });
+  private _detail = el('div', { class: 'ns-Detail' });
+  private _compareButton = el('button', { class: 'jp-mod-styled ns-Compare-button', attrs: { type: 'button' } });
+}

@@ -1,0 +1,180 @@
+"""Execution modes (eager, adaptive-eager, compile) and the `torch.compile` backend named "neuron".
+
+On the emulator the backend follows TorchNeuron's rules: static shapes only (a symbolic dimension is an
+error), `mode="default"` only (others warn and fall back), every new input shape a recompile that is
+logged. Compiled forward/backward graphs run through an FX interpreter that records each node as an
+OpEvent tagged with its graph launch, so the model charges one launch per graph execution. On real
+hardware the backend defers to TorchNeuron's own.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from neuron_studio import device as _device
+
+__all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "StaticShapeError",
+           "compile_cell_function"]
+
+MODES = ("eager", "adaptive", "compile")
+_launch_ids = itertools.count(1)
+
+
+class StaticShapeError(RuntimeError):
+    """torch-neuronx requires static shapes: a graph had a symbolic (dynamic) dimension."""
+
+
+@dataclass(frozen=True)
+class ModeSettings:
+    """What a mode means on this backend, and the effective TorchNeuron switches (recorded per run)."""
+
+    mode: str
+    backend: str
+    switches: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+_EAGER_SWITCHES = ("NEURON_LAUNCH_BLOCKING", "TORCH_NEURONX_ENABLE_CONCATENATION", "TORCH_NEURONX_ENABLE_PROLOGUE")
+
+
+def mode_settings(mode: str) -> ModeSettings:
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    backend = _device.backend()
+    switches = {k: os.environ.get(k, "<unset>") for k in _EAGER_SWITCHES}
+    if backend == "emulated":
+        notes = {
+            "eager": ("executes op by op on CPU; the model charges one NeuronCore launch per op",),
+            "adaptive": ("executes eagerly on CPU; the model groups fusible ops between sync points "
+                         "(TorchNeuron's adaptive eager / op concatenation)",),
+            "compile": ("torch.compile(backend='neuron', dynamic=False); one launch per compiled graph, "
+                        "each new input shape is a recompile",),
+        }[mode]
+        return ModeSettings(mode, backend, switches, notes)
+    return ModeSettings(mode, backend, switches, ("real TorchNeuron: switches as read from the environment",))
+
+
+# -- the torch.compile backend ------------------------------------------------------------------------
+def _check_static(example_inputs: list[Any]) -> None:
+    for i, x in enumerate(example_inputs):
+        if isinstance(x, torch.SymInt) or (
+            isinstance(x, torch.Tensor) and any(isinstance(d, torch.SymInt) for d in x.shape)
+        ):
+            raise StaticShapeError(
+                f"torch-neuronx requires static shapes: graph input {i} has a dynamic dimension. "
+                "Call torch.compile(..., dynamic=False) (the default for backend='neuron') and pad or bucket "
+                "inputs to a few fixed shapes."
+            )
+
+
+def _shape_of(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return "x".join(str(int(d)) for d in x.shape) or "()"
+    return type(x).__name__
+
+
+def _compile_id() -> tuple[str, bool]:
+    try:
+        from torch._guards import CompileContext
+
+        cid = CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - an unknown id only loses the recompile flag
+        return "graph", False
+    if cid is None:
+        return "graph", False
+    frame_compile = getattr(cid, "frame_compile_id", 0) or 0
+    return f"frame{getattr(cid, 'frame_id', 0)}", frame_compile > 0
+
+
+class _RecordingInterpreter(torch.fx.Interpreter):
+    """Runs a compiled (AOT) graph node by node, recording each aten call as an OpEvent of this launch."""
+
+    def __init__(self, gm: torch.fx.GraphModule, index: int) -> None:
+        super().__init__(gm)
+        self.index = index
+        from neuron_studio.device.emulator.tensor import record_op
+
+        self._record = record_op
+
+    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
+        t0 = time.perf_counter_ns()
+        out = super().call_function(target, args, kwargs)
+        t1 = time.perf_counter_ns()
+        if isinstance(target, torch._ops.OpOverload):
+            self._record(target, list(args), dict(kwargs), out, t0, t1, self.index)
+        return out
+
+
+def _graph_runner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
+    def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
+        from functorch.compile import make_boxed_func
+
+        bus = _device.registry().bus
+
+        def run(*args: Any) -> Any:
+            if not bus.active:
+                return gm(*args)
+            prev = bus.current_graph
+            bus.current_graph = next(_launch_ids)
+            try:
+                return _RecordingInterpreter(gm, 0).run(*args)
+            finally:
+                bus.current_graph = prev
+
+        return make_boxed_func(run)
+
+    compiler.__name__ = f"neuron_{kind}_compiler"
+    return compiler
+
+
+def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
+    """`torch.compile(model, backend="neuron")`."""
+    reg = _device.registry()
+    if reg.backend == "real":
+        from torch_neuronx.neuron_dynamo_backend.backend import neuron_backend
+
+        return neuron_backend(gm, example_inputs, **kwargs)
+    mode = kwargs.pop("mode", None)
+    if mode not in (None, "default"):
+        warnings.warn(
+            f"backend 'neuron' supports mode='default' only; mode={mode!r} falls back to default (as TorchNeuron)",
+            stacklevel=2,
+        )
+    _check_static(example_inputs)
+    key, recompile = _compile_id()
+    shapes = ", ".join(_shape_of(x) for x in example_inputs if isinstance(x, torch.Tensor))
+    t0 = time.perf_counter_ns()
+    from torch._dynamo.backends.common import aot_autograd
+
+    compiled = aot_autograd(fw_compiler=_graph_runner("forward"), bw_compiler=_graph_runner("backward"))(
+        gm, example_inputs
+    )
+    reg.compile_log.append({
+        "graph_key": key,
+        "shapes": shapes,
+        "reason": (f"new input shapes ({shapes}); static shapes: every new shape compiles a new graph"
+                   if recompile else "first compile"),
+        "compile_ns": time.perf_counter_ns() - t0,
+        "recompile": bool(recompile),
+    })
+    return compiled
+
+
+def compile_cell_function(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """The compile mode of `%%neuron`: the cell body as one function under torch.compile(backend='neuron')."""
+    return torch.compile(fn, backend="neuron", dynamic=False)
+
+
+def graph_break_counts() -> dict[str, int]:
+    """Dynamo's graph-break reasons seen so far in this process (reason -> count)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    return dict(counters.get("graph_break", {}))
