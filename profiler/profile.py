@@ -62,6 +62,7 @@ class Profile:
         self.modeled = modeled
         self.kernel_lookup = kernel_lookup
         self.run_id = run_id
+        self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self.ops = joined_ops(trace.ops, modeled.ops_frame())
 
     @classmethod
@@ -185,9 +186,9 @@ class Profile:
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
         from neuron_studio.ui.bundle import mime_bundle
 
-        return mime_bundle(self)
+        return mime_bundle(self.summary_payload or self.to_summary())
 
     def __repr__(self) -> str:
         from neuron_studio.ui.text import render_text
 
-        return render_text(self.to_summary())
+        return render_text(self.summary_payload or self.to_summary())

@@ -51,7 +51,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     fb = prof.cpu_fallbacks()
     sp = prof.sync_points()
     rc = prof.recompiles()
-    return {
+    return _finite({
         "version": SUMMARY_VERSION,
         "run_id": run_id if run_id is not None else prof.run_id,
         "name": name or meta.get("name"),
@@ -94,7 +94,20 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                  "h100_step_time_ns": _num(cost.h100_step_time_ns), "modeled": True},
         "compare": compare,
         "warnings": list(warnings or []) + _trace_warnings(meta),
-    }
+    })
+
+
+def _finite(o: Any) -> Any:
+    """JSON-safe: NaN/inf (pandas' missing values included) become null; numpy scalars become Python ones."""
+    if isinstance(o, dict):
+        return {k: _finite(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_finite(v) for v in o]
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if hasattr(o, "item") and not isinstance(o, (str, bytes)):
+        return _finite(o.item())
+    return o
 
 
 def _trace_warnings(meta: dict) -> list[str]:

@@ -374,7 +374,8 @@ def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
     return result
 
 
-def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None:  # noqa: ANN001
+def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: ANN001
+            in_graph: bool = False) -> None:
     bus = _bus
     name = func._schema.name
     outs = out if isinstance(out, (tuple, list)) else (out,)
@@ -391,7 +392,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None: 
         isinstance(i, _Tensor) and i.dtype == torch.bool for i in (uargs[1] if len(uargs) > 1 else ())
     ):
         sync = ev.SYNC_DATA_DEPENDENT
-    if func in _COPY_OPS:
+    in_graph = in_graph or bus.current_graph >= 0
+    if func in _COPY_OPS and not in_graph:  # inside a compiled graph every tensor is on the device
         src_dev, dst_dev = _copy_direction(func, args, kw, target)
         if src_dev != dst_dev:
             transfer = ev.TRANSFER_D2H if dst_dev == "cpu" else ev.TRANSFER_H2D
@@ -439,7 +441,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int) -> None: 
 def record_op(func, args, kwargs, out, t0: int, t1: int, index: int) -> None:  # noqa: ANN001
     """Record an op that ran outside the subclass (a compiled graph's node on CPU tensors)."""
     if _bus.active:
-        _record(func, args, args, kwargs, out, t0, t1, index)
+        _record(func, args, args, kwargs, out, t0, t1, index, in_graph=True)
 
 
 def _copy_direction(func, args, kw, target: int) -> tuple[str, str]:  # noqa: ANN001

@@ -1,0 +1,134 @@
+"""`%%neuron` and the `%neuron_*` line magics. Thin: parse options -> run (runner.py) -> display.
+
+`%load_ext neuron_studio` registers them; loading twice is harmless.
+"""
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+
+from neuron_studio.modes import MODES
+
+__all__ = ["NeuronMagics", "register_magics"]
+
+_CHIPS = ("trn1", "trn2", "trn3")
+
+
+@magics_class
+class NeuronMagics(Magics):
+    @magic_arguments()
+    @argument("--mode", default="eager", help="eager | adaptive | compile (default: eager)")
+    @argument("--chip", default=None, help="trn1 | trn2 | trn3: the chip to model (default: the device's target)")
+    @argument("--steps", type=int, default=1, help="profile N runs of the cell body (steady state)")
+    @argument("--warmup", type=int, default=None,
+              help="unprofiled runs before the profiled ones (default: 1 with --steps > 1, else 0)")
+    @argument("--no-profile", action="store_true", help="run on the neuron device without profiling")
+    @argument("--name", default=None, help="a name for this run (used by %%neuron_show / --compare)")
+    @argument("--compare", default=None, help="RUN (id or name) to diff against (default: the cell's previous run)")
+    @argument("--sync", dest="sync", action="store_true", default=True,
+              help="synchronize the device before timing ends (default)")
+    @argument("--no-sync", dest="sync", action="store_false", help="do not synchronize at the end")
+    @cell_magic
+    def neuron(self, line: str, cell: str) -> Any:
+        """Run the cell on the `neuron` device in eager, adaptive-eager or compile mode, and profile it.
+
+        Variables defined in the cell persist, as in any cell. With --steps N the body runs --warmup
+        times unprofiled, then N times profiled (a progress bar shows progress); the result is a
+        Profile (also in `_` and `neuron_studio.last()`), rendered as a summary with tabs.
+
+        Examples::
+
+            %%neuron --mode adaptive --steps 5
+            loss = model(x).sum(); loss.backward(); opt.step(); opt.zero_grad()
+        """
+        try:
+            args = parse_argstring(self.neuron, line)
+        except Exception as e:  # noqa: BLE001 - IPython's UsageError or argparse exits
+            return self._usage(f"%%neuron: {e}")
+        problems = _validate(args)
+        if problems:
+            return self._usage("%%neuron: " + "; ".join(problems))
+        from neuron_studio.runner import CellRun, run_cell
+
+        spec = CellRun(
+            source=cell, mode=args.mode, chip=args.chip, steps=args.steps,
+            warmup=args.warmup if args.warmup is not None else (1 if args.steps > 1 else 0),
+            profile=not args.no_profile, name=args.name, compare=args.compare, sync=args.sync,
+            options_line=line,
+        )
+        return run_cell(self.shell, spec)
+
+    @line_magic
+    def neuron_device(self, line: str = "") -> Any:
+        """Show the neuron device: backend (real/emulated), target chip, logical cores, memory."""
+        from neuron_studio.runner import device_report
+
+        return device_report(line.strip() or None)
+
+    @line_magic
+    def neuron_runs(self, line: str = "") -> Any:
+        """List the runs in this notebook's run store (newest first): `%neuron_runs [LIMIT]`."""
+        from neuron_studio.runner import runs_table
+
+        limit = None
+        if line.strip():
+            try:
+                limit = int(line.strip())
+            except ValueError:
+                return self._usage(f"%neuron_runs: LIMIT must be an integer, got {line.strip()!r}")
+        return runs_table(limit)
+
+    @line_magic
+    def neuron_show(self, line: str = "") -> Any:
+        """Show a stored run as the profiled cell showed it: `%neuron_show RUN` (id or name)."""
+        parts = shlex.split(line)
+        if len(parts) != 1:
+            return self._usage("usage: %neuron_show RUN   (a run id or name; see %neuron_runs)")
+        from neuron_studio.runner import show_run
+
+        return show_run(parts[0])
+
+    @line_magic
+    def neuron_compare(self, line: str = "") -> Any:
+        """Diff two runs: `%neuron_compare RUN_A RUN_B` (B relative to A: per op, per engine, step time)."""
+        parts = shlex.split(line)
+        if len(parts) != 2:
+            return self._usage("usage: %neuron_compare RUN_A RUN_B   (run ids or names; see %neuron_runs)")
+        from neuron_studio.runner import compare_runs
+
+        return compare_runs(parts[0], parts[1])
+
+    @line_magic
+    def neuron_check(self, line: str = "") -> Any:
+        """Porting-readiness report for the last run: fallbacks, dynamic shapes, dtypes, syncs, MFU, cost."""
+        from neuron_studio.runner import porting_check
+
+        return porting_check(line.strip() or None)
+
+    def _usage(self, message: str) -> None:
+        print(message)
+        print("usage: %%neuron [--mode eager|adaptive|compile] [--chip trn1|trn2|trn3] [--steps N] [--warmup N]\n"
+              "                [--no-profile] [--name NAME] [--compare RUN] [--sync/--no-sync]   (see %%neuron?)")
+        return None
+
+
+def _validate(args: Any) -> list[str]:
+    problems = []
+    if args.mode not in MODES:
+        problems.append(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
+    if args.chip is not None and args.chip.lower() not in _CHIPS:
+        problems.append(f"--chip must be one of {', '.join(_CHIPS)} (got {args.chip!r})")
+    if args.steps < 1:
+        problems.append(f"--steps must be >= 1 (got {args.steps})")
+    if args.warmup is not None and args.warmup < 0:
+        problems.append(f"--warmup must be >= 0 (got {args.warmup})")
+    return problems
+
+
+def register_magics(ipython: Any) -> None:
+    """Register the magics (idempotent: a second %load_ext replaces the same class)."""
+    ipython.register_magics(NeuronMagics)
+

@@ -1,0 +1,298 @@
+"""What the magics do: run a cell on the neuron device under a mode, capture, store, and return a Profile.
+
+Kept apart from magics.py (which only parses) so the CLI and tests can drive the same path.
+"""
+from __future__ import annotations
+
+import ast
+import itertools
+import linecache
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+import pandas as pd
+import torch
+
+from neuron_studio import device as _device
+from neuron_studio.session import load_profile, save_profile, session
+
+__all__ = ["CellRun", "run_cell", "device_report", "runs_table", "show_run", "compare_runs", "porting_check"]
+
+_cell_counter = itertools.count(1)
+
+
+@dataclass(frozen=True)
+class CellRun:
+    source: str
+    mode: str = "eager"
+    chip: str | None = None
+    steps: int = 1
+    warmup: int = 0
+    profile: bool = True
+    name: str | None = None
+    compare: str | None = None
+    sync: bool = True
+    options_line: str = ""
+
+
+def _cell_filename(shell: Any) -> str:
+    count = getattr(shell, "execution_count", None) or next(_cell_counter)
+    return f"neuron-cell-{count}"
+
+
+def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
+    """Compile the cell body once; returns a callable that runs it in the user namespace."""
+    source = shell.transform_cell(spec.source) if shell is not None else spec.source
+    filename = _cell_filename(shell)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    ns = shell.user_ns if shell is not None else {}
+    if spec.mode != "compile":
+        code = compile(source, filename, "exec")
+
+        def run() -> Any:
+            exec(code, ns)  # noqa: S102 - this is the user's own cell, as IPython runs it
+
+        return run, filename
+    # compile mode: the body becomes one function (names it assigns stay global, so they persist)
+    tree = ast.parse(source, filename)
+    assigned = sorted(_assigned_names(tree))
+    body = tree.body or [ast.Pass()]
+    fn = ast.FunctionDef(
+        name="__neuron_cell__", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
+                                                    defaults=[]),
+        body=([ast.Global(names=assigned)] if assigned else []) + body, decorator_list=[], returns=None,
+        type_params=[],
+    )
+    module = ast.Module(body=[fn], type_ignores=[])
+    ast.fix_missing_locations(module)
+    exec(compile(module, filename, "exec"), ns)  # noqa: S102 - defines the cell function
+    from neuron_studio.modes import compile_cell_function
+
+    compiled = compile_cell_function(ns.pop("__neuron_cell__"))
+    return compiled, filename
+
+
+def _assigned_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                names.add((a.asname or a.name).split(".")[0])
+    return names
+
+
+class _Progress:
+    """A one-line progress display that updates in place (notebook) or prints (terminal)."""
+
+    def __init__(self, total: int, label: str, live: bool) -> None:
+        self.total = total
+        self.label = label
+        self.t0 = time.perf_counter()
+        self.handle = None
+        if total > 1 and live:
+            try:
+                from IPython.display import display
+
+                self.handle = display(self._text(0), display_id=True)
+            except Exception:  # noqa: BLE001 - no display available: stay silent
+                self.handle = None
+
+    def _text(self, done: int) -> str:
+        width = 24
+        filled = int(width * done / max(1, self.total))
+        el = time.perf_counter() - self.t0
+        eta = (el / done * (self.total - done)) if done else 0.0
+        return f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {el:.1f}s eta {eta:.1f}s"
+
+    def update(self, done: int) -> None:
+        if self.handle is not None:
+            self.handle.update(self._text(done))
+
+
+def _notebook_and_cell(shell: Any) -> tuple[str | None, str | None]:
+    notebook = os.environ.get("JPY_SESSION_NAME") or (shell.user_ns.get("__session__") if shell is not None else None)
+    cell_id = None
+    try:
+        kernel = getattr(shell, "kernel", None)
+        parent = kernel.get_parent() if kernel is not None else None
+        cell_id = ((parent or {}).get("metadata") or {}).get("cellId")
+    except Exception:  # noqa: BLE001 - outside a kernel there is no cell id
+        cell_id = None
+    return (str(notebook) if notebook else None), cell_id
+
+
+def run_cell(shell: Any, spec: CellRun) -> Any:
+    """Run a `%%neuron` cell. Exceptions propagate after the partial run is saved (status error/interrupted)."""
+    reg = _device.register()
+    if spec.chip:
+        from neuron_studio.device.targets import target_for
+
+        target_for(spec.chip)
+    fn, filename = _cell_function(shell, spec)
+    if not spec.profile:
+        for _ in range(spec.warmup + spec.steps):
+            fn()
+        if spec.sync:
+            torch.neuron.synchronize()
+        return None
+
+    from neuron_studio.modes import graph_break_counts, mode_settings
+    from neuron_studio.profiler.capture import Capture
+    from neuron_studio.store import make_cell_key
+
+    sess = session()
+    store = sess.store
+    notebook, cell_id = _notebook_and_cell(shell)
+    cell_key = make_cell_key(notebook, cell_id=cell_id or (f"name:{spec.name}" if spec.name else None),
+                             cell_source=spec.source)
+    settings = mode_settings(spec.mode)
+    chip = (spec.chip or reg.target.chip).lower()
+    run_id = store.begin_run(
+        cell_source=spec.source, options={**asdict(spec), "source": None, "switches": settings.switches},
+        name=spec.name, cell_key=cell_key, notebook=notebook, mode=spec.mode, chip=chip, backend=reg.backend,
+    )
+    try:
+        for _ in range(spec.warmup):
+            fn()
+    except BaseException as e:
+        store.finish_run(run_id, status="interrupted" if isinstance(e, KeyboardInterrupt) else "error",
+                         summary=None)
+        raise
+    breaks_before = graph_break_counts() if spec.mode == "compile" else {}
+    cap = Capture(mode=spec.mode, chip=chip, name=spec.name or f"run {run_id}")
+    progress = _Progress(spec.steps, f"%%neuron {spec.mode}", live=getattr(shell, "kernel", None) is not None)
+    t0 = time.perf_counter()
+    error: BaseException | None = None
+    try:
+        with cap:
+            for i in range(spec.steps):
+                fn()
+                if spec.sync and i == spec.steps - 1:
+                    torch.neuron.synchronize()
+                cap.step()
+                progress.update(i + 1)
+    except BaseException as e:  # noqa: BLE001 - saved, then re-raised unchanged
+        error = e
+    wall = time.perf_counter() - t0
+    status = cap.status if cap.trace is not None else "error"
+    warnings: list[str] = list(settings.notes)
+    if spec.mode == "compile":
+        after = graph_break_counts()
+        for reason, n in after.items():
+            if n > breaks_before.get(reason, 0):
+                first = str(reason).strip().splitlines()[0] if str(reason).strip() else "unknown reason"
+                warnings.append(f"graph break ({n - breaks_before.get(reason, 0)}x): {first}")
+    prof = None
+    summary = None
+    try:
+        if cap.trace is not None and len(cap.trace.ops):
+            prof = cap.profile
+            prof.run_id = run_id
+            compare = _compare_block(store, run_id, spec.compare, prof)
+            summary = prof.to_summary(run_id=run_id, name=spec.name, cell_key=cell_key, notebook=notebook,
+                                      status=status, compare=compare, warnings=warnings)
+            save_profile(store, run_id, prof)
+            prof.summary_payload = summary
+            sess.last_profile = prof
+    finally:
+        store.finish_run(run_id, status=status, summary=summary,
+                         step_time_ns=int(prof.step_time_ns) if prof is not None else None,
+                         mfu=float(prof.mfu) if prof is not None else None, wall_s=wall)
+    if error is not None:
+        raise error
+    if prof is None:
+        print(f"%%neuron: the cell ran no op on the neuron device (run {run_id} saved with no trace). "
+              "Move tensors and models with .to('neuron').")
+        return None
+    return prof
+
+
+def _compare_block(store: Any, run_id: int, compare: str | None, prof: Any) -> dict | None:
+    try:
+        if compare is not None:
+            other_rec = store.get_run(int(compare) if compare.isdigit() else compare)
+        else:
+            other_rec = store.previous_run(run_id)
+            while other_rec is not None and other_rec.status != "ok":
+                other_rec = store.previous_run(other_rec.id)
+        if other_rec is None:
+            return None
+        other = load_profile(store, other_rec)
+    except (LookupError, KeyError):
+        if compare is not None:
+            raise
+        return None
+    d = prof.diff(other)
+    return {
+        "run_id": other_rec.id,
+        "name": other_rec.name,
+        "step_time_before_ns": d.step_time_before_ns,
+        "step_time_after_ns": d.step_time_after_ns,
+        "step_time_delta_pct": None if d.step_time_change_pct != d.step_time_change_pct else d.step_time_change_pct,
+        "mfu_before": other.mfu,
+        "ops": [{"op": r.key, "before_ns": float(r.before_ns), "after_ns": float(r.after_ns),
+                 "delta_ns": float(r.delta_ns), "status": r.status} for r in d.ops.head(15).itertuples(index=False)],
+    }
+
+
+# -- line magics ---------------------------------------------------------------------------------------
+def device_report(chip: str | None = None) -> Any:
+    info = _device.info(chip)
+    from neuron_studio.ui.views import DeviceView
+
+    mem = {}
+    if info.backend == "emulated":
+        mem = {"allocated": torch.neuron.memory_allocated(), "peak": torch.neuron.max_memory_allocated()}
+    return DeviceView(info, mem)
+
+
+def runs_table(limit: int | None = None) -> pd.DataFrame:
+    recs = session().store.list_runs(limit=limit)
+    rows = [{
+        "id": r.id, "name": r.name, "mode": r.mode, "chip": r.chip, "status": r.status,
+        "step_time_us": (r.step_time_ns / 1e3) if r.step_time_ns is not None else None,
+        "mfu": r.mfu, "cell": (r.cell_source.strip().splitlines() or [""])[0][:60], "previous": r.parent_run,
+        "ranks": r.ranks,
+    } for r in recs]
+    return pd.DataFrame(rows, columns=["id", "name", "mode", "chip", "status", "step_time_us", "mfu", "cell",
+                                       "previous", "ranks"]).set_index("id")
+
+
+def _run_key(run: str) -> int | str:
+    return int(run) if run.isdigit() else run
+
+
+def show_run(run: str) -> Any:
+    store = session().store
+    rec = store.get_run(_run_key(run))
+    prof = load_profile(store, rec)
+    prof.summary_payload = rec.summary or prof.to_summary(run_id=rec.id, name=rec.name)
+    return prof
+
+
+def compare_runs(run_a: str, run_b: str) -> Any:
+    store = session().store
+    a = load_profile(store, _run_key(run_a))
+    b = load_profile(store, _run_key(run_b))
+    from neuron_studio.ui.views import CompareView
+
+    return CompareView(b.diff(a), a.run_id, b.run_id)
+
+
+def porting_check(run: str | None = None) -> Any:
+    if run is None:
+        prof = session().last_profile
+        if prof is None:
+            raise LookupError("%neuron_check: no profiled run yet; run a %%neuron cell first (or pass a RUN)")
+    else:
+        prof = load_profile(session().store, _run_key(run))
+    from neuron_studio.profiler.analysis.readiness import porting_report
+    from neuron_studio.ui.views import CheckView
+
+    return CheckView(porting_report(prof))

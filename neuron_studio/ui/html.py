@@ -1,0 +1,214 @@
+"""Self-contained HTML for a profile summary: no JavaScript, no CDN, every string escaped.
+
+Tabs are CSS-only (radio inputs), charts are inline SVG, so the output renders the same in JupyterLab,
+VS Code, nbviewer and GitHub, with or without a kernel. Renders the summary payload only: no analysis here.
+"""
+from __future__ import annotations
+
+import html
+import itertools
+from typing import Any
+
+__all__ = ["render_html", "fmt_ns", "CSS"]
+
+_ids = itertools.count(1)
+ENGINE_COLORS = {"tensor": "#4e79a7", "vector": "#59a14f", "scalar": "#f28e2b", "gpsimd": "#b07aa1",
+                 "dma": "#9c755f", "host": "#e15759"}
+
+CSS = """
+.nstu{font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;color:var(--jp-ui-font-color1,#222);max-width:980px}
+.nstu .hd{display:flex;gap:8px;align-items:baseline;flex-wrap:wrap;margin-bottom:6px}
+.nstu .tt{font-weight:600;font-size:14px}
+.nstu .tag{border-radius:3px;padding:0 5px;font-size:11px;background:#eef;color:#335}
+.nstu .tag.mod{background:#fff3cd;color:#7a5b00}
+.nstu .tag.err{background:#fde2e1;color:#8a1c1c}
+.nstu .kp{display:flex;gap:18px;flex-wrap:wrap;margin:6px 0}
+.nstu .kp div{min-width:90px}.nstu .kp b{display:block;font-size:16px}
+.nstu .kp span{font-size:11px;color:#666}
+.nstu .bar{display:flex;align-items:center;gap:6px;margin:2px 0}
+.nstu .bar .nm{width:56px;font-size:12px}.nstu .bar .bg{flex:0 0 220px;height:10px;background:#eee;border-radius:2px}
+.nstu .bar .fg{height:10px;border-radius:2px}.nstu .bar .v{font-size:11px;color:#555}
+.nstu table{border-collapse:collapse;margin:4px 0;font-size:12px}
+.nstu th,.nstu td{border-bottom:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}
+.nstu td.n{text-align:right;font-variant-numeric:tabular-nums}
+.nstu .badges span{margin-right:8px}
+.nstu .tabs input{display:none}
+.nstu .tabs label{display:inline-block;padding:3px 10px;border:1px solid #ccc;border-bottom:none;border-radius:4px 4px 0 0;cursor:pointer;font-size:12px;background:#f6f6f6}
+.nstu .tabs .pane{display:none;border-top:1px solid #ccc;padding:6px 0}
+.nstu .muted{color:#777;font-size:11px}
+.nstu code{font-size:11px}
+"""
+
+
+def fmt_ns(ns: Any) -> str:
+    if ns is None:
+        return "–"
+    ns = float(ns)
+    for unit, div in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(ns) >= div:
+            return f"{ns / div:.3g} {unit}"
+    return f"{ns:.0f} ns"
+
+
+def _pct(v: Any) -> str:
+    return "–" if v is None else f"{float(v) * 100:.1f}%"
+
+
+def _e(v: Any) -> str:
+    return html.escape("" if v is None else str(v), quote=True)
+
+
+def _usd(v: Any) -> str:
+    return "–" if v is None else f"${float(v):.4g}"
+
+
+def _source(src: Any) -> str:
+    if not src:
+        return ""
+    s = str(src)
+    if s.startswith("neuron-cell-"):
+        cell, _, line = s[len("neuron-cell-"):].partition(":")
+        return f"cell [{cell}] line {line}"
+    return s.rsplit("/", 1)[-1]
+
+
+def _table(headers: list[str], rows: list[list[tuple[str, bool]]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td class='n'>{c}</td>" if num else f"<td>{c}</td>" for c, num in r)
+                   + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _engines(s: dict) -> str:
+    out = []
+    for e in s.get("engines", []):
+        u = float(e.get("utilization") or 0.0)
+        color = ENGINE_COLORS.get(e.get("engine"), "#888")
+        out.append(f"<div class='bar'><span class='nm'>{_e(e.get('engine'))}</span><span class='bg'>"
+                   f"<div class='fg' style='width:{min(100.0, u * 100):.1f}%;background:{color}'></div></span>"
+                   f"<span class='v'>{_pct(u)} · {fmt_ns(e.get('busy_ns'))}/step</span></div>")
+    return "".join(out)
+
+
+def _hot(s: dict, limit: int = 6) -> str:
+    rows = []
+    for h in s.get("hot_ops", [])[:limit]:
+        k = h.get("kernel")
+        kernel = "–"
+        if k:
+            loc = f"{_e(str(k.get('file') or '').rsplit('/', 1)[-1])}:{_e(k.get('line') or '')}" if k.get("file") else ""
+            kernel = f"{_e(k.get('name'))} <span class='muted'>({_e(k.get('kind'))}) {loc}</span>"
+        rows.append([(_e(h.get("op")), False), (_e(h.get("module")), False), (_e(_source(h.get("source"))), False),
+                     (fmt_ns(h.get("device_ns")), True), (_pct(h.get("share")), True),
+                     (f"<span title='{_e(h.get('why'))}'>{_e(h.get('bound'))}</span>", False), (kernel, False)])
+    return _table(["op", "module", "source", "device/step", "share", "bound", "NKI kernel"], rows)
+
+
+def _timeline_svg(s: dict, width: int = 900, row_h: int = 14) -> str:
+    tl = s.get("timeline") or {}
+    engines = [e for e in ("tensor", "vector", "scalar", "gpsimd", "dma") if e in tl]
+    starts = tl.get("start_ns") or []
+    if not engines or not starts:
+        return "<p class='muted'>no device timeline</p>"
+    n = len(starts)
+    bw = (width - 70) / n
+    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{row_h * len(engines) + 18}' "
+             f"role='img' aria-label='engine utilization over time'>"]
+    for r, eng in enumerate(engines):
+        y = r * row_h
+        parts.append(f"<text x='0' y='{y + row_h - 3}' font-size='10'>{_e(eng)}</text>")
+        color = ENGINE_COLORS.get(eng, "#888")
+        for i, v in enumerate(tl[eng]):
+            v = float(v or 0.0)
+            if v <= 0:
+                continue
+            parts.append(f"<rect x='{70 + i * bw:.1f}' y='{y + 1}' width='{max(bw, 0.5):.1f}' height='{row_h - 2}' "
+                         f"fill='{color}' fill-opacity='{min(1.0, 0.15 + 0.85 * v):.2f}'/>")
+    end = (tl.get("end_ns") or [0])[-1]
+    parts.append(f"<text x='70' y='{row_h * len(engines) + 14}' font-size='10'>0</text>"
+                 f"<text x='{width - 60}' y='{row_h * len(engines) + 14}' font-size='10'>{_e(fmt_ns(end))}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _op_table(s: dict) -> str:
+    rows = [[(_e(r.get("op")), False), (str(r.get("count")), True), (fmt_ns(r.get("device_ns")), True),
+             (fmt_ns(r.get("host_ns")), True), (f"{float(r.get('flops') or 0):.3g}", True),
+             (f"{float(r.get('bytes') or 0):.3g}", True), (_e(r.get("engine")), False), (_e(r.get("bound")), False),
+             (_pct(r.get("share")), True)] for r in s.get("op_table", [])]
+    return _table(["op", "count", "device/step", "host/step", "FLOPs/step", "bytes/step", "engine", "bound", "share"],
+                  rows)
+
+
+def _issues(s: dict) -> str:
+    parts = []
+    fb = s.get("fallbacks") or []
+    parts.append("<b>CPU fallbacks</b>" + (_table(["op", "count", "reason", "time"], [
+        [(_e(f.get("op")), False), (str(f.get("count")), True), (_e(f.get("reason")), False),
+         (fmt_ns(f.get("time_ns")), True)] for f in fb]) if fb else "<p class='muted'>none</p>"))
+    sp = s.get("sync_points") or []
+    parts.append("<b>Sync points</b>" + (_table(["op", "reason", "source", "module"], [
+        [(_e(x.get("op")), False), (_e(x.get("reason")), False), (_e(_source(x.get("source"))), False),
+         (_e(x.get("module")), False)] for x in sp]) if sp else "<p class='muted'>none</p>"))
+    rc = s.get("recompiles") or []
+    parts.append("<b>Recompiles</b>" + (_table(["graph", "shapes", "reason"], [
+        [(_e(x.get("graph")), False), (_e(x.get("shape")), False), (_e(x.get("reason")), False)] for x in rc])
+        if rc else "<p class='muted'>none</p>"))
+    return "".join(parts)
+
+
+def _compare(s: dict) -> str:
+    c = s.get("compare")
+    if not c:
+        return "<p class='muted'>no earlier run of this cell to compare with</p>"
+    head = (f"<p>vs run {_e(c.get('run_id'))} {_e(c.get('name') or '')}: step time "
+            f"{fmt_ns(c.get('step_time_before_ns'))} → {fmt_ns(c.get('step_time_after_ns'))}"
+            + (f" (<b>{float(c['step_time_delta_pct']):+.1f}%</b>)" if c.get("step_time_delta_pct") is not None else "")
+            + "</p>")
+    rows = [[(_e(o.get("op")), False), (fmt_ns(o.get("before_ns")), True), (fmt_ns(o.get("after_ns")), True),
+             (fmt_ns(o.get("delta_ns")), True), (_e(o.get("status")), False)] for o in c.get("ops", [])]
+    return head + _table(["op", "before", "after", "delta", ""], rows)
+
+
+def render_html(s: dict) -> str:
+    uid = f"nstu{next(_ids)}"
+    modeled = s.get("modeled", True)
+    badges = s.get("badges") or {}
+    cost = s.get("cost") or {}
+    status = s.get("status") or "ok"
+    tags = [f"<span class='tag'>{_e(s.get('mode'))}</span>", f"<span class='tag'>{_e(s.get('chip'))}</span>",
+            f"<span class='tag'>{_e(s.get('backend'))}</span>"]
+    if modeled:
+        tags.append("<span class='tag mod' title='device figures come from the performance model, not a "
+                    "measurement'>modeled</span>")
+    if status != "ok":
+        tags.append(f"<span class='tag err'>{_e(status)}</span>")
+    title = f"Neuron profile · run {_e(s.get('run_id'))}" + (f" · {_e(s.get('name'))}" if s.get("name") else "")
+    kp = "".join(f"<div><b>{v}</b><span>{_e(k)}</span></div>" for k, v in [
+        ("step time" + (" (modeled)" if modeled else ""), fmt_ns(s.get("step_time_ns"))),
+        ("host time/step", fmt_ns(s.get("host_time_ns"))),
+        ("MFU", _pct(s.get("mfu"))), ("MBU", _pct(s.get("mbu"))),
+        ("launches/step", f"{float(s.get('launches') or 0):.0f}"),
+        (f"cost / 1k steps ({cost.get('chip', '')})", _usd(cost.get("per_1000_steps_usd"))),
+        ("H100 / 1k steps", _usd(cost.get("h100_per_1000_steps_usd"))),
+    ])
+    badge_html = (f"<div class='badges'><span>fallbacks: <b>{_e(badges.get('fallbacks', 0))}</b></span>"
+                  f"<span>sync points: <b>{_e(badges.get('sync_points', 0))}</b></span>"
+                  f"<span>recompiles: <b>{_e(badges.get('recompiles', 0))}</b></span></div>")
+    warn = "".join(f"<div class='muted'>⚠ {_e(w)}</div>" for w in s.get("warnings") or [])
+    tabs = [("Summary", "<b>Engines</b>" + _engines(s) + "<b>Hot path</b>" + _hot(s)),
+            ("Timeline", _timeline_svg(s)), ("Op table", _op_table(s)), ("Hot path", _hot(s, 20)),
+            ("Fallbacks & syncs", _issues(s)), ("Diff", _compare(s))]
+    tab_css = "".join(f"#{uid}-t{i}:checked ~ .p{i}{{display:block}}#{uid}-t{i}:checked + label{{background:#fff;font-weight:600}}"
+                      for i in range(len(tabs)))
+    tab_html = "".join(
+        f"<input type='radio' name='{uid}' id='{uid}-t{i}'{' checked' if i == 0 else ''}>"
+        f"<label for='{uid}-t{i}'>{_e(name)}</label>" for i, (name, _) in enumerate(tabs))
+    panes = "".join(f"<div class='pane p{i}'>{body}</div>" for i, (_, body) in enumerate(tabs))
+    note = ("<div class='muted'>Modeled: device times, utilization, MFU and cost come from Neuron Studio's "
+            "NeuronCore model of the ops this run executed (emulated device); host times are measured.</div>"
+            if modeled else "<div class='muted'>Measured on Neuron hardware.</div>")
+    return (f"<div class='nstu' id='{uid}'><style>{CSS}{tab_css}</style>"
+            f"<div class='hd'><span class='tt'>{title}</span>{''.join(tags)}</div>"
+            f"<div class='kp'>{kp}</div>{badge_html}{warn}"
+            f"<div class='tabs'>{tab_html}{panes}</div>{note}</div>")

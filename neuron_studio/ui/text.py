@@ -1,0 +1,44 @@
+"""Plain-text rendering of a profile summary (terminals, logs, `text/plain`)."""
+from __future__ import annotations
+
+from typing import Any
+
+from neuron_studio.ui.html import fmt_ns
+
+__all__ = ["render_text"]
+
+
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{float(v) * 100:.1f}%"
+
+
+def render_text(s: dict, *, top: int = 5) -> str:
+    modeled = " (modeled)" if s.get("modeled", True) else ""
+    lines = [
+        f"Neuron profile run {s.get('run_id')}{' ' + str(s['name']) if s.get('name') else ''}: "
+        f"{s.get('mode')} on {s.get('chip')} [{s.get('backend')}] status={s.get('status')}",
+        f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
+        f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.0f}",
+        "  engines: " + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
+    ]
+    b = s.get("badges") or {}
+    lines.append(f"  fallbacks {b.get('fallbacks', 0)}   sync points {b.get('sync_points', 0)}   "
+                 f"recompiles {b.get('recompiles', 0)}")
+    c = s.get("cost") or {}
+    if c:
+        lines.append(f"  cost / 1,000 steps (modeled): {c.get('chip')} ${float(c.get('per_1000_steps_usd') or 0):.4g}"
+                     f"   H100 ${float(c.get('h100_per_1000_steps_usd') or 0):.4g}")
+    hot = s.get("hot_ops") or []
+    if hot:
+        lines.append("  hot path:")
+        for h in hot[:top]:
+            k = h.get("kernel")
+            kern = f"  -> {k.get('name')} ({k.get('kind')}) {k.get('file') or ''}:{k.get('line') or ''}" if k else ""
+            lines.append(f"    {float(h.get('share') or 0) * 100:5.1f}%  {h.get('op')}  [{h.get('bound')}]  "
+                         f"{h.get('module') or ''} {h.get('source') or ''}{kern}")
+    cmp_ = s.get("compare")
+    if cmp_ and cmp_.get("step_time_delta_pct") is not None:
+        lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")
+    for w in s.get("warnings") or []:
+        lines.append(f"  ! {w}")
+    return "\n".join(lines)

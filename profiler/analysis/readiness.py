@@ -1,0 +1,104 @@
+"""Porting readiness: what stands between this run and running well on Trainium, worst first."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["CheckItem", "PortingReport", "porting_report"]
+
+_UNSUPPORTED_DTYPES = {
+    "float64": "TorchNeuron casts float64 to float32 in eager mode (precision loss); use float32/bfloat16",
+    "int64": "TorchNeuron casts int64 to int32 in eager mode (overflow beyond 2**31); use int32 indices",
+    "complex64": "complex dtypes have no NeuronCore lowering; they run on CPU",
+    "complex128": "complex dtypes have no NeuronCore lowering; they run on CPU",
+}
+
+
+@dataclass
+class CheckItem:
+    severity: str        # "error" (blocks a good port), "warning", "ok", "info"
+    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | efficiency | cost
+    message: str
+    fix: str = ""
+    details: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PortingReport:
+    run_id: int | None
+    chip: str
+    mode: str
+    items: list[CheckItem]
+    mfu: float
+    cost_per_1000_steps_usd: float
+    h100_cost_per_1000_steps_usd: float
+    modeled: bool = True
+
+    @property
+    def blocking(self) -> list[CheckItem]:
+        return [i for i in self.items if i.severity == "error"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def porting_report(prof: Any) -> PortingReport:
+    items: list[CheckItem] = []
+    fb = prof.cpu_fallbacks()
+    if len(fb):
+        items.append(CheckItem(
+            "error", "fallbacks", f"{int(fb['count'].sum())} op executions in {len(fb)} op types fall back to CPU",
+            "replace them (a lowered op, a different formulation, or an NKI kernel) or move them out of the step",
+            [f"{r.op} x{r.count}: {r.reason}" + (f" at {r.sources[0]}" if r.sources else "")
+             for r in fb.itertuples(index=False)]))
+    else:
+        items.append(CheckItem("ok", "fallbacks", "no CPU fallbacks"))
+    ops = prof.ops
+    dd = ops[ops["sync"] == "data_dependent"]
+    rc = prof.recompiles()
+    if len(dd) or len(rc):
+        det = [f"{r.op} at {r.source or '?'}: output shape depends on values" for r in dd.head(10).itertuples()]
+        det += [f"recompile of {r.graph_key} for shapes {r.shapes}" for r in rc.itertuples(index=False)]
+        items.append(CheckItem(
+            "error" if len(rc) else "warning", "dynamic_shapes",
+            f"{len(dd)} data-dependent-shape ops and {len(rc)} recompiles: compile needs static shapes",
+            "pad or bucket inputs to a few fixed shapes; replace boolean masking/nonzero with masks (torch.where)",
+            det))
+    else:
+        items.append(CheckItem("ok", "dynamic_shapes", "no data-dependent shapes or recompiles"))
+    dtypes = set()
+    for s in prof.trace.ops["input_dtypes"].dropna():
+        dtypes.update(x for x in str(s).split(",") if x)
+    bad = sorted(d for d in dtypes if d in _UNSUPPORTED_DTYPES)
+    if bad:
+        items.append(CheckItem("warning", "dtypes", f"dtypes with caveats on Trainium: {', '.join(bad)}",
+                               "cast once, outside the step", [f"{d}: {_UNSUPPORTED_DTYPES[d]}" for d in bad]))
+    else:
+        items.append(CheckItem("ok", "dtypes", "all dtypes are native on the NeuronCores"))
+    sp = prof.sync_points()
+    sp = sp[sp["reason"] != "synchronize"] if len(sp) else sp
+    if len(sp):
+        per_step = len(sp) / prof.steps
+        items.append(CheckItem(
+            "warning", "sync_points", f"{per_step:.1f} host syncs per step ({', '.join(sorted(set(sp['reason'])))})",
+            "each sync ends an adaptive-eager fusion group and stalls the host: accumulate on device, "
+            "call .item() once per N steps",
+            [f"{r.op} ({r.reason}) at {r.source or '?'}" for r in sp.head(10).itertuples(index=False)]))
+    else:
+        items.append(CheckItem("ok", "sync_points", "no host syncs inside the step"))
+    mfu = float(prof.mfu)
+    items.append(CheckItem(
+        "info" if mfu >= 0.3 else "warning", "efficiency",
+        f"modeled MFU {mfu * 100:.1f}% on {prof.summary.chip} ({prof.launches_per_step:.0f} launches per step)",
+        "" if mfu >= 0.3 else "see the hot path: launch-bound ops want fusion (adaptive/compile), "
+                             "memory-bound ops want fused kernels"))
+    c = prof.cost()
+    items.append(CheckItem(
+        "info", "cost", f"modeled cost per 1,000 steps: ${c.per_1000_steps_usd:.4f} on {c.chip} vs "
+                        f"${c.h100_per_1000_steps_usd:.4f} on H100 (x{c.ratio_vs_h100:.2f})",
+        "an estimate from public prices and the performance model, not a measurement"))
+    order = {"error": 0, "warning": 1, "info": 2, "ok": 3}
+    items.sort(key=lambda i: order.get(i.severity, 9))
+    return PortingReport(run_id=prof.run_id, chip=prof.summary.chip, mode=prof.trace.mode, items=items, mfu=mfu,
+                         cost_per_1000_steps_usd=c.per_1000_steps_usd,
+                         h100_cost_per_1000_steps_usd=c.h100_per_1000_steps_usd)
