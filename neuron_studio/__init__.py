@@ -8,8 +8,22 @@ from __future__ import annotations
 from neuron_studio import device
 from neuron_studio.device import info
 
-__all__ = ["device", "info", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["device", "info", "last", "profile", "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
+
+
+def last():  # noqa: ANN201 - a neuron_studio.profiler.profile.Profile
+    """The Profile of the last `%%neuron` cell in this process."""
+    from neuron_studio.session import last as _last
+
+    return _last()
+
+
+def profile(fn=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
+    """`with neuron_studio.profile(mode=..., chip=...) as run:` or `neuron_studio.profile(fn, steps=5)`."""
+    from neuron_studio.profiler.capture import profile as _profile
+
+    return _profile(fn, **kwargs)
 
 
 def load_ipython_extension(ipython) -> None:  # noqa: ANN001 - IPython's shell

@@ -55,7 +55,12 @@ def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
             exec(code, ns)  # noqa: S102 - this is the user's own cell, as IPython runs it
 
         return run, filename
-    # compile mode: the body becomes one function (names it assigns stay global, so they persist)
+    # compile mode: the body becomes one function (names it assigns stay global, so they persist),
+    # compiled once per cell source so that re-running the cell with new shapes is a Dynamo recompile
+    cache = session().compiled_cells
+    key = (source, id(ns))
+    if key in cache:
+        return cache[key], filename
     tree = ast.parse(source, filename)
     assigned = sorted(_assigned_names(tree))
     body = tree.body or [ast.Pass()]
@@ -71,6 +76,7 @@ def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
     from neuron_studio.modes import compile_cell_function
 
     compiled = compile_cell_function(ns.pop("__neuron_cell__"))
+    cache[key] = compiled
     return compiled, filename
 
 

@@ -26,6 +26,7 @@ DEVICE_OPS_COLUMNS = ["seq", "name", "core", "engine", "start_ns", "end_ns", "fl
 class Session:
     store_root: Path | None = None
     last_profile: Any = None
+    compiled_cells: dict = field(default_factory=dict)  # (cell source, namespace id) -> compiled function
     _store: RunStore | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 

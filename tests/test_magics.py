@@ -1,0 +1,185 @@
+"""The %%neuron magic and %neuron_* line magics, driven through IPython's InteractiveShell."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from IPython.testing.globalipapp import start_ipython  # noqa: E402
+
+import neuron_studio  # noqa: E402
+from neuron_studio.session import session  # noqa: E402
+from neuron_studio.ui.bundle import MIME_TYPE  # noqa: E402
+from neuron_studio.ui.html import render_html  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def ip(tmp_path_factory):
+    shell = start_ipython()
+    store_dir = tmp_path_factory.mktemp("store")
+    session().use_store(store_dir)
+    shell.run_line_magic("load_ext", "neuron_studio")
+    shell.run_line_magic("load_ext", "neuron_studio")  # loading twice is harmless
+    ok = shell.run_cell(
+        "import torch\n"
+        "torch.manual_seed(0)\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).to('neuron')\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.01)\n"
+        "x = torch.randn(8, 32, device='neuron')\n"
+        "calls = 0\n"
+    )
+    assert ok.success
+    yield shell
+    session().use_store(None)
+
+
+STEP = "calls += 1\nloss = m(x).pow(2).mean()\nloss.backward(); opt.step(); opt.zero_grad()\n"
+
+
+def run(ip, line: str, body: str = STEP):
+    res = ip.run_cell(f"%%neuron {line}\n{body}")
+    return res
+
+
+def test_cell_runs_profiles_and_keeps_namespace(ip):
+    ip.user_ns["calls"] = 0
+    res = run(ip, "--steps 3 --warmup 2 --name first")
+    assert res.success, res.error_in_exec
+    prof = res.result
+    assert ip.user_ns["calls"] == 5                       # warm-up + profiled steps, in the user's namespace
+    assert "loss" in ip.user_ns and ip.user_ns["loss"].device.type == "neuron"
+    assert prof.steps == 3
+    assert prof is neuron_studio.last()
+    assert ip.user_ns["_"] is prof
+    s = prof.summary_payload
+    assert s["name"] == "first" and s["mode"] == "eager" and s["steps"] == 3 and s["modeled"] is True
+    assert s["step_time_ns"] > 0 and 0 <= s["mfu"] <= 1
+    assert {e["engine"] for e in s["engines"]} == {"tensor", "vector", "scalar", "gpsimd", "dma"}
+    assert s["hot_ops"] and all(0 < h["share"] <= 1 for h in s["hot_ops"])
+    table = prof.op_table()
+    assert "aten::addmm" in set(table["key"]) or "aten::mm" in set(table["key"])
+
+
+def test_mime_bundle_is_json_and_escaped_html(ip):
+    res = run(ip, "--name bundle")
+    bundle = res.result._repr_mimebundle_()
+    assert set(bundle) == {MIME_TYPE, "text/html", "text/plain"}
+    json.dumps(bundle[MIME_TYPE], allow_nan=False)
+    assert "<script" not in bundle["text/html"].lower()
+    assert "modeled" in bundle["text/html"]
+
+
+def test_adaptive_fuses_and_item_is_a_sync_point(ip):
+    eager = run(ip, "--mode eager --name e1", STEP + "v = loss.item()\n").result
+    adaptive = run(ip, "--mode adaptive --name a1", STEP + "v = loss.item()\n").result
+    assert adaptive.launches_per_step < eager.launches_per_step / 3
+    sp = adaptive.sync_points()
+    assert "aten::_local_scalar_dense" in set(sp["op"])
+    src = sp[sp["op"] == "aten::_local_scalar_dense"]["source"].iloc[0]
+    assert src.startswith("neuron-cell-") and src.endswith(":4")   # the line of `.item()` in the cell
+
+
+def test_chip_option_changes_the_model(ip):
+    a = run(ip, "--chip trn1 --name c1").result
+    b = run(ip, "--chip trn3 --name c3").result
+    assert a.summary.chip == "trn1" and b.summary.chip == "trn3"
+    assert a.step_time_ns != b.step_time_ns
+
+
+def test_compile_mode_counts_recompiles_on_new_shape(ip):
+    body = "y = m(xs)\ny.sum().backward()\n"
+    ip.user_ns["xs"] = torch.randn(4, 32, device="neuron")
+    first = run(ip, "--mode compile --name comp", body)
+    assert first.success, first.error_in_exec
+    assert first.result.summary_payload["badges"]["recompiles"] == 0
+    assert (first.result.trace.ops["graph"] >= 0).any()        # ops ran inside compiled graph launches
+    ip.user_ns["xs"] = torch.randn(6, 32, device="neuron")
+    second = run(ip, "--mode compile --name comp", body)
+    assert second.success, second.error_in_exec
+    rc = second.result.recompiles()
+    assert len(rc) >= 1 and "6x32" in " ".join(rc["shapes"])
+    assert second.result.summary_payload["badges"]["recompiles"] >= 1
+
+
+def test_invalid_options_print_usage(ip, capsys):
+    res = ip.run_cell("%%neuron --mode turbo\nx + 1\n")
+    out = capsys.readouterr().out
+    assert res.result is None
+    assert "--mode must be one of eager, adaptive, compile" in out and "usage: %%neuron" in out
+    res = ip.run_cell("%%neuron --steps 0\nx + 1\n")
+    assert "--steps must be >= 1" in capsys.readouterr().out
+
+
+def test_error_saves_partial_run_and_next_cell_works(ip):
+    res = ip.run_cell("%%neuron --steps 2 --warmup 0 --name broken\ny = m(x)\nraise ValueError('boom in cell')\n")
+    assert isinstance(res.error_in_exec, ValueError) and "boom in cell" in str(res.error_in_exec)
+    rec = session().store.get_run("broken")
+    assert rec.status == "error"
+    assert "device_ops" in session().store.list_tables(rec.id)  # the partial trace was kept
+    assert run(ip, "--name after-error").success
+
+
+def test_interrupt_stops_cleanly(ip):
+    res = ip.run_cell("%%neuron --name interrupted\ny = m(x)\nraise KeyboardInterrupt\n")
+    assert isinstance(res.error_in_exec, KeyboardInterrupt)
+    assert session().store.get_run("interrupted").status == "interrupted"
+    assert run(ip, "--name after-interrupt").success
+
+
+def test_line_magics(ip):
+    run(ip, "--name lm-a")
+    run(ip, "--name lm-b --mode adaptive")
+    runs = ip.run_line_magic("neuron_runs", "")
+    assert {"lm-a", "lm-b"} <= set(runs["name"].dropna())
+    shown = ip.run_line_magic("neuron_show", "lm-a")
+    assert shown.summary_payload["name"] == "lm-a"
+    cmp_ = ip.run_line_magic("neuron_compare", "lm-a lm-b")
+    assert cmp_.diff.step_time_after_ns < cmp_.diff.step_time_before_ns   # adaptive fuses: faster (modeled)
+    assert "vs run" in repr(cmp_)
+    dev = ip.run_line_magic("neuron_device", "")
+    assert "emulated" in repr(dev) and "neuron:0" in repr(dev)
+    check = ip.run_line_magic("neuron_check", "")
+    topics = {i.topic for i in check.report.items}
+    assert {"fallbacks", "dynamic_shapes", "dtypes", "sync_points", "efficiency", "cost"} <= topics
+    assert "H100" in repr(check)
+
+
+def test_check_reports_fallbacks_and_float64(ip):
+    res = run(ip, "--name fb", "z = torch.randn(64, device='neuron', dtype=torch.float64)\nu = torch.unique(x)\n")
+    assert res.success, res.error_in_exec
+    report = ip.run_line_magic("neuron_check", "").report
+    by = {i.topic: i for i in report.items}
+    assert by["fallbacks"].severity == "error" and any("unique" in d for d in by["fallbacks"].details)
+    assert by["dtypes"].severity == "warning" and "float64" in by["dtypes"].message
+
+
+def test_compare_with_previous_run_of_the_same_cell(ip):
+    run(ip, "--name same")
+    second = run(ip, "--name same").result
+    cmp_ = second.summary_payload["compare"]
+    assert cmp_ is not None and cmp_["run_id"] < second.run_id
+
+
+def test_no_profile_runs_without_a_store_entry(ip):
+    before = len(session().store.list_runs())
+    ip.user_ns["calls"] = 0
+    res = run(ip, "--no-profile --steps 2 --warmup 1")
+    assert res.success and res.result is None and ip.user_ns["calls"] == 3
+    assert len(session().store.list_runs()) == before
+
+
+def test_hostile_names_are_escaped_in_html():
+    hostile = "<script>alert(1)</script>"
+    s = {"run_id": 1, "name": hostile, "mode": "eager", "chip": "trn2", "backend": "emulated", "modeled": True,
+         "status": "ok", "engines": [], "hot_ops": [{"op": hostile, "module": hostile, "source": hostile,
+                                                     "device_ns": 1, "share": 0.5, "bound": "memory", "why": hostile,
+                                                     "kernel": {"name": hostile, "kind": "candidate",
+                                                                "file": hostile, "line": 3}}],
+         "op_table": [{"op": hostile, "count": 1, "device_ns": 1, "host_ns": 1, "flops": 0, "bytes": 0,
+                       "engine": hostile, "bound": hostile, "share": 0.1}],
+         "badges": {}, "fallbacks": [{"op": hostile, "count": 1, "reason": hostile, "time_ns": 1}],
+         "sync_points": [{"op": hostile, "reason": hostile, "source": hostile, "module": hostile}],
+         "recompiles": [{"graph": hostile, "shape": hostile, "reason": hostile}], "cost": {}, "warnings": [hostile]}
+    out = render_html(s)
+    assert "<script>" not in out and "&lt;script&gt;" in out
