@@ -17,10 +17,11 @@ from .registry import KernelMatch, get_registry, lookup, lookup_module
 from .rmsnorm import reference_rmsnorm, rmsnorm_kernel
 from .rope import reference_rope, rope_kernel
 from .softmax import reference_softmax, softmax_kernel
+from .swap import SwapError, SwapHandle, use
 from .swiglu_mlp import reference_swiglu_mlp, swiglu_mlp_kernel
 
 __all__ = [
-    "run", "lookup", "lookup_module", "get_registry", "KernelMatch", "KernelTrace", "Instruction",
+    "run", "use", "SwapHandle", "SwapError", "lookup", "lookup_module", "get_registry", "KernelMatch", "KernelTrace", "Instruction",
     "NkiError", "NkiRuleError", "NkiUsageError", "kernel_time", "KernelTiming", "LineTiming", "roofline_ns",
     "BACKEND", "KERNELS",
     "matmul_kernel", "rmsnorm_kernel", "layernorm_kernel", "softmax_kernel", "swiglu_mlp_kernel", "rope_kernel",

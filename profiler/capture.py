@@ -32,6 +32,18 @@ __all__ = ["Capture", "profile", "MODES"]
 MODES = ("eager", "adaptive", "compile")
 
 
+_GATED = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
+
+
+def _class_label(module: torch.nn.Module) -> str:
+    """Class name, tagged ":GatedMLP" for a module with gate/up/down Linear children (SiLU-gated MLP shape)."""
+    name = type(module).__name__
+    children = {n for n, c in module.named_children() if isinstance(c, torch.nn.Linear)}
+    if any(set(t) <= children for t in _GATED):
+        return f"{name}:GatedMLP"
+    return name
+
+
 class _ModuleTracker:
     """Module path per op: transitions of the module stack stamped with the device's op sequence number."""
 
@@ -42,6 +54,7 @@ class _ModuleTracker:
         self.trans_path: list[str] = []
         self.trans_phase: list[str] = []
         self.names: dict[int, str] = {}
+        self.classes: dict[str, str] = {}  # module path -> class name (for kernel lookups)
         self.handles: list[Any] = []
         self.thread = threading.get_ident()
 
@@ -62,6 +75,7 @@ class _ModuleTracker:
             name = type(module).__name__
         self.names[key] = name
         self._modules_by_path[name] = module
+        self.classes[name] = _class_label(module)
         return name
 
     def _mark(self, phase: str) -> None:
@@ -258,6 +272,7 @@ class Capture:
                 "cost": "modeled",
             },
             "pid": os.getpid(),
+            "module_classes": dict(self._tracker.classes),
         }
         if getattr(self, "_host_error", None):
             meta["host_events_error"] = self._host_error

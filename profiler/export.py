@@ -147,9 +147,16 @@ def _json_meta(meta: dict) -> dict:
     return {"encoding": "tagged", "value": encode_value(dict(meta))}
 
 
+def _kind(v: Any) -> type:
+    for k in (bool, int, float, str, dict, list):     # subclasses (torch's TorchVersion is a str) count as the base
+        if isinstance(v, k):
+            return k
+    return type(v)
+
+
 def _same_types(a: Any, b: Any) -> bool:
     """True when JSON kept every container and number type (1 == 1.0 and (1,) != [1] would hide changes)."""
-    if type(a) is not type(b):
+    if _kind(a) != _kind(b):
         return False
     if isinstance(a, dict):
         return all(_same_types(a[k], b[k]) for k in a)

@@ -13,13 +13,16 @@ Anything malformed raises `TraceFormatError` naming the file and what was wrong;
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import gzip
 import json
 import math
+import operator
 import os
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -34,6 +37,9 @@ _MAX_ROWS = 1 << 31
 _NUMERIC_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
                    "float64", "bool"}
 _SIMPLE = (str, int, float, bool, type(None))
+_EMPTY: dict = {}
+_GET_PH = operator.methodcaller("get", "ph")
+_FIELDS = operator.itemgetter("name", "cat", "ts", "dur", "tid")
 _SPEC = {"ops": OPS_COLUMNS, "host": HOST_COLUMNS, "compiles": COMPILE_COLUMNS}
 
 
@@ -58,12 +64,28 @@ def read_trace(path: str | os.PathLike) -> Trace:
 
 def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
     """Read a Chrome trace JSON document (optionally gzip-compressed) held in memory."""
-    return _guard(name, lambda: trace_from_chrome(_load_json(data), name=name))
+    with _gc_paused():
+        doc = _guard(name, lambda: _load_json(data))
+        return trace_from_chrome(doc, name=name)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Parsing allocates millions of small dicts/lists that hold no cycles; the cyclic GC would rescan
+    every live object (torch's included) many times over while they pile up."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _guard(name: str, fn: Any) -> Trace:
     try:
-        return fn()
+        with _gc_paused():
+            return fn()
     except _Bad as e:
         raise TraceFormatError(f"{name}: {e}") from None
     except TraceFormatError as e:
@@ -84,6 +106,27 @@ def _reject_constant(s: str) -> Any:
     raise _Bad(f"non-finite number {s} in JSON")
 
 
+_FAILED = object()
+try:  # pandas' bundled ujson parses about twice as fast as the json module; optional, private API
+    from pandas._libs._ujson import ujson_loads as _ujson_loads
+except ImportError:  # pragma: no cover - depends on the pandas build
+    _ujson_loads = None
+
+
+def _fast_loads(data: bytes) -> Any:
+    """Parse with the fast parser when it is certain to agree with `json.loads`; else return _FAILED.
+
+    It reads NaN as null and Infinity as a number, so documents containing those words take the exact
+    path (which rejects them with a message); any error it raises is re-diagnosed by the exact path too.
+    """
+    if _ujson_loads is None or len(data) < 1 << 16 or b"NaN" in data or b"Infinity" in data:
+        return _FAILED
+    try:
+        return _ujson_loads(data, precise_float=True)
+    except (ValueError, OverflowError, RecursionError, MemoryError):
+        return _FAILED
+
+
 def _load_json(data: bytes) -> Any:
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise _Bad(f"expected bytes, got {type(data).__name__}")
@@ -93,10 +136,13 @@ def _load_json(data: bytes) -> Any:
             data = gzip.decompress(data)
         except (OSError, EOFError, zlib.error) as e:
             raise _Bad(f"corrupt gzip data ({e})") from None
-    if not data.strip():
+    if len(data) < 4096 and not data.strip():
         raise _Bad("empty file")
     if data[:4] == b"PAR1":
         raise _Bad("a Parquet file; read the trace directory that contains it instead")
+    fast = _fast_loads(data)
+    if fast is not _FAILED:
+        return fast
     try:
         return json.loads(data, parse_constant=_reject_constant)
     except _Bad:
@@ -106,8 +152,9 @@ def _load_json(data: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise _Bad(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        what = "truncated JSON" if e.pos >= len(data.rstrip()) - 1 else "invalid JSON"
-        raise _Bad(f"{what}: {e.msg} at line {e.lineno} column {e.colno}") from None
+        truncated = e.pos >= len(data) - 1 - (len(data) - len(data.rstrip()) if len(data) < 1 << 20 else 0) or e.msg.startswith("Unterminated string")
+        what = "truncated JSON (the file ends early)" if truncated else "invalid JSON"
+        raise _Bad(f"{what}: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
 
 def trace_from_chrome(doc: Any, *, name: str = "<memory>") -> Trace:
@@ -138,7 +185,7 @@ def _check_header(ns: Any, fmt: str) -> None:
         raise _Bad(f"unknown Neuron Studio format {str(ns.get('format'))[:60]!r} (expected {fmt!r})")
     v = ns.get("version")
     if type(v) is not int or not 1 <= v <= FORMAT_VERSION:
-        raise _Bad(f"unsupported format version {str(v)[:20]!r} (this reader knows 1..{FORMAT_VERSION})")
+        raise _Bad(f"unsupported format version {str(v)[:20]} (this reader knows 1..{FORMAT_VERSION})")
     for key in ("columns", "dtypes", "rows"):
         if not isinstance(ns.get(key), dict):
             raise _Bad(f"metadata {key!r} must be an object")
@@ -205,8 +252,17 @@ def _frame(rows: list[list], cols: list[str], dtypes: dict, table: str) -> pd.Da
     for j, c in enumerate(cols):
         dt = dtypes.get(c)
         data[c] = _column([r[j] for r in rows], dt if isinstance(dt, str) else None, table, c)
-    df = pd.DataFrame(data, columns=cols) if cols else pd.DataFrame(index=range(len(rows)))
-    return df
+    return pd.DataFrame({c: _series(v) for c, v in data.items()}, columns=cols) if cols \
+        else pd.DataFrame(index=range(len(rows)))
+
+
+def _frame_of(cols: dict[str, np.ndarray]) -> pd.DataFrame:
+    return pd.DataFrame({c: _series(np.asarray(v)) for c, v in cols.items()})
+
+
+def _series(a: np.ndarray) -> pd.Series:
+    # object stays object: pandas would otherwise infer its Arrow string dtype, which rejects lone surrogates
+    return pd.Series(a, dtype=object) if a.dtype == object else pd.Series(a)
 
 
 def _ours(doc: dict, ns: Any) -> Trace:
@@ -289,8 +345,8 @@ def _read_parquet_dir(p: Path) -> Trace:
             raise _Bad(f"meta.json json_columns[{t!r}] must list columns of {t!r}")
         for c in jc:
             try:
-                df[c] = _column([json.loads(v, parse_constant=_reject_constant) for v in df[c].tolist()],
-                                None, t, c)
+                df[c] = pd.Series(_column([json.loads(v, parse_constant=_reject_constant)
+                                           for v in df[c].tolist()], None, t, c), dtype=object, index=df.index)
             except (json.JSONDecodeError, TypeError) as e:
                 raise _Bad(f"{t}.parquet column {c!r} holds invalid JSON text ({e})") from None
         frames[t] = df
@@ -375,32 +431,47 @@ def _shapes_str(shapes: list[tuple]) -> str:
     return ";".join("x".join(str(d) for d in s) if s else "()" for s in shapes)
 
 
-def _fail_first(values: list, ok: Any, what: str, idx: np.ndarray | None = None) -> None:
+class _Where:
+    """Event numbers (positions in traceEvents) of the complete events, computed only for error messages."""
+
+    def __init__(self, phs: list, extra: list[int]) -> None:
+        self.phs, self.extra, self._pos = phs, extra, None
+
+    def __call__(self, j: int) -> int:
+        if self._pos is None:
+            self._pos = [i for i, p in enumerate(self.phs) if p == "X"] + self.extra
+        return self._pos[j]
+
+
+def _fail_first(values: Any, ok: Any, what: str, where: _Where) -> None:
     for j, v in enumerate(values):
         if not ok(v):
-            k = int(idx[j]) if idx is not None else j
-            raise _Bad(f"event {k}: {what}, got {str(v)[:60]!r}")
+            raise _Bad(f"event {where(j)}: {what}, got {str(v)[:60]!r}")
 
 
-def _numbers(values: list, what: str, idx: np.ndarray) -> np.ndarray:
+def _is_num(v: Any) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
+    if not set(map(type, values)) <= {int, float}:
+        _fail_first(values, _is_num, f"{what} must be a number", where)
     try:
         arr = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError):
-        _fail_first(values, lambda v: type(v) in (int, float), f"{what} must be a number", idx)
-        raise
-    if arr.ndim != 1 or not all(type(v) in (int, float) for v in values):
-        _fail_first(values, lambda v: type(v) in (int, float), f"{what} must be a number", idx)
+    except OverflowError:                                  # ints beyond float range
+        arr = np.asarray([float(v) if abs(v) < 1e308 else math.inf for v in values])
     if not np.isfinite(arr).all():
         j = int(np.flatnonzero(~np.isfinite(arr))[0])
-        raise _Bad(f"event {int(idx[j])}: {what} is not finite")
+        raise _Bad(f"event {where(j)}: {what} is not finite")
     return arr
 
 
-def _intern_ids(values: list, what: str, idx: np.ndarray) -> tuple[np.ndarray, dict]:
+def _intern_ids(values: Any, what: str, where: _Where) -> tuple[np.ndarray, dict]:
     """pid/tid values → int64 (ints as given; strings such as "Spans" numbered above 2**40)."""
-    if all(type(v) is int for v in values):
+    kinds = set(map(type, values))
+    if kinds <= {int}:
         if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
-            _fail_first(values, lambda v: -_INT64_MAX <= v <= _INT64_MAX, f"{what} out of range", idx)
+            _fail_first(values, lambda v: -_INT64_MAX <= v <= _INT64_MAX, f"{what} out of range", where)
         return np.asarray(values, dtype=np.int64), {}
     names: dict[str, int] = {}
     out = np.empty(len(values), dtype=np.int64)
@@ -413,7 +484,7 @@ def _intern_ids(values: list, what: str, idx: np.ndarray) -> tuple[np.ndarray, d
                 code = names[v] = (1 << 40) + len(names)
             out[j] = code
         else:
-            raise _Bad(f"event {int(idx[j])}: {what} must be an integer or a string, got {str(v)[:40]!r}")
+            raise _Bad(f"event {where(j)}: {what} must be an integer or a string, got {str(v)[:40]!r}")
     return out, names
 
 
@@ -440,55 +511,59 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
     from neuron_studio.profiler.model.ops import base_name, classify_engine, shape_stats
 
     # complete events ("X"), plus B/E pairs matched per thread
-    xs: list[dict] = []
-    be: list[dict] = []
-    for i, ev in enumerate(events):
-        if type(ev) is not dict:
-            raise _Bad(f"event {i} is not an object")
-    ph = [ev.get("ph") for ev in events]
-    pos = [i for i, p in enumerate(ph) if p == "X"]
-    xs = [events[i] for i in pos]
-    if any(p == "B" or p == "E" for p in ph):
-        be_pos = [i for i, p in enumerate(ph) if p in ("B", "E")]
+    if not set(map(type, events)) <= {dict}:
+        raise _Bad(f"event {next(i for i, ev in enumerate(events) if type(ev) is not dict)} is not an object")
+    phs = list(map(_GET_PH, events))
+    xs = [ev for ev, p in zip(events, phs) if p == "X"]
+    extra: list[int] = []
+    if "B" in set(phs):
+        be_pos = [i for i, p in enumerate(phs) if p in ("B", "E")]
         be = _pair_begin_end([events[i] for i in be_pos], be_pos)
         xs += be
-        pos += [e.pop("_pos") for e in be]
-    idx = np.asarray(pos, dtype=np.int64)
+        extra = [e.pop("_pos") for e in be]
+    where = _Where(phs, extra)
     n = len(xs)
-    names = [e.get("name") for e in xs]
-    if not all(type(v) is str for v in names):
-        _fail_first(names, lambda v: type(v) is str, "name must be a string", idx)
-    cats = [e.get("cat", "") for e in xs]
-    if not all(type(v) is str for v in cats):
-        _fail_first(cats, lambda v: type(v) is str, "cat must be a string", idx)
-    ts = _numbers([e.get("ts") for e in xs], "ts", idx)
-    dur = _numbers([e.get("dur", 0) for e in xs], "dur", idx)
+    try:  # fast path: every event has all five keys (torch.profiler's do)
+        names, cats, ts_l, dur_l, tid_l = zip(*map(_FIELDS, xs)) if n else ((),) * 5
+    except KeyError:
+        names = tuple(e.get("name") for e in xs)
+        cats = tuple(e.get("cat", "") for e in xs)
+        ts_l = tuple(e.get("ts") for e in xs)
+        dur_l = tuple(e.get("dur", 0) for e in xs)
+        tid_l = tuple(e.get("tid", 0) for e in xs)
+    if not set(map(type, names)) <= {str}:
+        _fail_first(names, lambda v: type(v) is str, "name must be a string", where)
+    if not set(map(type, cats)) <= {str}:
+        _fail_first(cats, lambda v: type(v) is str, "cat must be a string", where)
+    ts = _numbers(ts_l, "ts", where)
+    dur = _numbers(dur_l, "dur", where)
     if n and (dur < 0).any():
         j = int(np.flatnonzero(dur < 0)[0])
-        raise _Bad(f"event {int(idx[j])}: negative duration {dur[j]}")
-    keep = np.asarray([c != "Trace" for c in cats], dtype=bool)  # the profiler's own whole-run span
+        raise _Bad(f"event {where(j)}: negative duration {dur[j]}")
+    cat_arr = np.asarray(cats, dtype=object)
+    keep = cat_arr != "Trace"                                       # the profiler's own whole-run span
     t0 = float(ts[keep].min()) if keep.any() else 0.0
     if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
         raise _Bad("timestamps or durations out of range (more than 100 days apart)")
-    tids, tid_names = _intern_ids([e.get("tid", 0) for e in xs], "tid", idx)
-    args = [e.get("args") for e in xs]
-    args = [a if type(a) is dict else {} for a in args]
+    tids, tid_names = _intern_ids(tid_l, "tid", where)
 
     start_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
-    cat_arr = np.asarray(cats, dtype=object)
-    is_op = (cat_arr == "cpu_op") & keep & np.asarray(
-        [("::" in x and not x.startswith("autograd::")) for x in names], dtype=bool)
-    op_rows = np.flatnonzero(is_op)
-    dims = [args[i].get("Input Dims") for i in op_rows]
+    name_arr = np.asarray(names, dtype=object)
+    op_rows = np.flatnonzero((cat_arr == "cpu_op") & keep)
+    op_rows = op_rows[[("::" in x and not x.startswith("autograd::")) for x in name_arr[op_rows]]] \
+        if len(op_rows) else op_rows
+    args = [xs[i].get("args") for i in op_rows]
+    args = [a if type(a) is dict else _EMPTY for a in args]
+    dims = [a.get("Input Dims") for a in args]
     in_shapes = np.full(n, None, dtype=object)
     in_shapes[op_rows] = [str(d) if type(d) is list else None for d in dims]
     flops_host = np.zeros(n)
-    fl_raw = [args[i].get("flops", 0) for i in op_rows]
+    fl_raw = [a.get("flops", 0) for a in args]
     flops_host[op_rows] = [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw]
 
-    host = pd.DataFrame({
-        "name": np.asarray(names, dtype=object)[keep], "category": cat_arr[keep], "thread": tids[keep],
+    host = _frame_of({
+        "name": name_arr[keep], "category": cat_arr[keep], "thread": tids[keep],
         "start_ns": start_ns[keep], "dur_ns": dur_ns[keep], "input_shapes": in_shapes[keep],
         "flops": flops_host[keep], "stack": np.full(int(keep.sum()), None, dtype=object),
     })
@@ -500,14 +575,13 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
     leaf = top[np.lexsort((top, s[top]))]                      # by start time, then file order
     rows = op_rows[leaf]
 
-    name_arr = np.asarray(names, dtype=object)
     # phase: inside an autograd engine function → backward; step: inside "ProfilerStep#N"
-    bwr = np.flatnonzero(np.asarray([x.startswith("autograd::engine::evaluate_function") for x in names],
-                                    dtype=bool) & keep)
+    cpu = np.flatnonzero((cat_arr == "cpu_op") & keep)
+    bwr = cpu[[x.startswith("autograd::engine::evaluate_function") for x in name_arr[cpu]]] if len(cpu) else cpu
     phase = _containing(s[leaf], e[leaf], th[leaf], start_ns[bwr], start_ns[bwr] + dur_ns[bwr], tids[bwr],
                         np.full(len(bwr), "backward", dtype=object), "forward")
-    ann = np.flatnonzero((cat_arr == "user_annotation") & np.asarray(
-        [x.startswith("ProfilerStep#") for x in name_arr], dtype=bool))
+    ann = np.flatnonzero(cat_arr == "user_annotation")
+    ann = ann[[x.startswith("ProfilerStep#") for x in name_arr[ann]]] if len(ann) else ann
     step_no = np.asarray([_step_number(name_arr[i]) for i in ann], dtype=np.int64)
     okstep = step_no >= 0
     ann, step_no = ann[okstep], step_no[okstep]
@@ -518,12 +592,17 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
 
     memo: dict[tuple, tuple] = {}
     derived = []
-    for i in rows:
-        a = args[i]
+    for i, j in zip(rows.tolist(), leaf.tolist()):
+        a = args[j]
         nm = names[i]
         fl = flops_host[i]
-        key = (nm, in_shapes[i], str(a.get("Input type")), fl)
-        r = memo.get(key)
+        types = a.get("Input type")
+        try:
+            key = (nm, in_shapes[i], tuple(types) if type(types) is list else types, fl)
+            r = memo.get(key)
+        except TypeError:                                      # unhashable junk in "Input type"
+            key = (nm, in_shapes[i], str(types), fl)
+            r = memo.get(key)
         if r is None:
             shp, dts = _tensor_inputs(a.get("Input Dims"), a.get("Input type"))
             base = base_name(nm)
@@ -536,7 +615,7 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
         derived.append(r)
     m = len(rows)
     cols = list(zip(*derived)) if derived else [()] * 10
-    ops = pd.DataFrame({
+    ops = _frame_of({
         "seq": np.arange(m, dtype=np.int64),
         "name": name_arr[rows],
         "overload": np.full(m, "", dtype=object),

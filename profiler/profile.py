@@ -44,13 +44,15 @@ class Cost:
         return self.per_1000_steps_usd / self.h100_per_1000_steps_usd if self.h100_per_1000_steps_usd else float("nan")
 
 
-def default_kernel_lookup(op: str, module: str) -> list[dict]:
+def default_kernel_lookup(op: str, module: str, module_class: str | None = None) -> list[dict]:
     """Kernels from the registry in neuron_studio.kernels (imported lazily; the profiler works without it)."""
     try:
         from neuron_studio.kernels.registry import lookup
     except ImportError:
         return []
-    return [m.to_dict() if hasattr(m, "to_dict") else dict(m.__dict__) for m in lookup(op, module_path=module or None)]
+    from dataclasses import asdict
+
+    return [asdict(m) for m in lookup(op, module_path=module or None, module_class=module_class)]
 
 
 class Profile:
@@ -132,7 +134,26 @@ class Profile:
 
     @functools.cache
     def hot_path(self, top_share: float = 0.8, max_ops: int = 10) -> list[_hot.HotOp]:
-        return _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=self.kernel_lookup)
+        """Ops covering `top_share` of device time, with the NKI kernel that runs or could replace each."""
+        lookup = None
+        if self.kernel_lookup is not None:
+            classes = self.trace.meta.get("module_classes", {}) or {}
+
+            def lookup(op: str, module: str) -> list[dict]:
+                # the innermost enclosing module whose class has a kernel wins (RMSNorm, MLP, Attention, ...)
+                parts = module.split(".") if module else []
+                for i in range(len(parts), 0, -1):
+                    path = ".".join(parts[:i])
+                    found = self.kernel_lookup(op, path, classes.get(path))
+                    if found:
+                        for k in found:
+                            k.setdefault("module_path", path)
+                        return found
+                return self.kernel_lookup(op, "", None)
+
+        hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
+        _hot.attach_savings(hot, self.ops, self.roofs())
+        return hot
 
     def cpu_fallbacks(self) -> pd.DataFrame:
         return _porting.cpu_fallbacks(self.ops)

@@ -8,9 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
-__all__ = ["HotOp", "hot_path", "WHY"]
+__all__ = ["HotOp", "hot_path", "attach_savings", "WHY"]
 
 WHY = {
     "compute": "compute-bound: the Tensor/Vector engine is the limit; a better kernel (tiling, FP8, fusion) helps",
@@ -73,3 +74,46 @@ def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
 def _dominant(s: pd.Series) -> str:
     vc = s.value_counts()
     return str(vc.index[0]) if len(vc) else "none"
+
+
+def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
+    return max(flops / max(roofs.peak_flops, 1.0), nbytes / max(roofs.hbm_bytes_per_s, 1.0)) * 1e9
+
+
+def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any) -> None:
+    """Modeled saving of each kernel match: matched time minus one fused launch at the roofline.
+
+    Op-level matches (an aten op a kernel implements) save the gap to the op's own roofline. Module-level
+    matches (RMSNorm, gated MLP, attention) replace every op the module ran: per call (a contiguous run of
+    the module's ops), a fused kernel reads the first op's operands and writes the last op's results once,
+    so the saving is the module's modeled time minus that per-call roofline. Never negative.
+    """
+    for h in hot:
+        for k in h.kernels:
+            pattern = str(k.get("pattern") or "")
+            if pattern.startswith("aten::") or not h.module:
+                sel = ops[(ops["op"] == h.op) & (ops["module"] == h.module)]
+                fused = _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
+                k["saving_ns"] = max(0.0, float(sel["device_ns"].sum()) - fused)
+                k["scope"] = "op"
+                continue
+            prefix = _module_for_pattern(h.module, k)
+            sub = ops[(ops["module"] == prefix) | ops["module"].str.startswith(prefix + ".")]
+            sub = sub[sub["device_ns"] > 0]
+            if sub.empty:
+                k["saving_ns"] = 0.0
+                continue
+            seq = sub["seq"].to_numpy()
+            gaps = np.diff(seq) > 1
+            starts = np.concatenate([[0], np.nonzero(gaps)[0] + 1])
+            ends = np.concatenate([np.nonzero(gaps)[0], [len(sub) - 1]])
+            b = sub["bytes"].to_numpy()
+            f = sub["flops"].to_numpy()
+            cf = np.concatenate([[0.0], np.cumsum(f)])
+            fused = sum(_roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) for s, e in zip(starts, ends))
+            k["saving_ns"] = max(0.0, float(sub["device_ns"].sum()) - fused)
+            k["scope"] = f"module {prefix}"
+
+
+def _module_for_pattern(module: str, match: dict) -> str:
+    return match.get("module_path") or module

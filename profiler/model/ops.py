@@ -32,6 +32,7 @@ _TENSOR = {
     "conv1d", "conv2d", "conv3d", "convolution", "_convolution", "conv_transpose1d", "conv_transpose2d",
     "conv_transpose3d", "convolution_backward", "_scaled_mm", "_grouped_mm", "grouped_mm", "_int_mm",
     "scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+    "swiglu_mlp", "flash_attention",  # neuron_studio:: kernels swapped in with kernels.use (matmul-bound)
     "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
     "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention_backward",

@@ -96,6 +96,61 @@ def _factory_fallback(op, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN
     return NeuronTensor.__torch_dispatch__(op, (), args, kwargs)
 
 
+# -- fused RNN cells: ATen's LSTM/GRU take CUDA's fused-cell path on any non-CPU device (is_privateuseone),
+# and those ops have no CPU kernel. These are CUDA's kernels written with CPU ops (same workspace layout).
+def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):  # noqa: ANN001, ANN202
+    gates = input_gates + hidden_gates
+    if input_bias is not None:
+        gates = gates + input_bias + hidden_bias
+    i, f, g, o = gates.chunk(4, 1)
+    i, f, g, o = i.sigmoid(), f.sigmoid(), g.tanh(), o.sigmoid()
+    cy = f * cx + i * g
+    hy = o * cy.tanh()
+    return hy, cy, torch.cat([i, f, g, o], 1)
+
+
+def _fused_lstm_cell_backward(grad_hy, grad_cy, cx, cy, workspace, has_bias):  # noqa: ANN001, ANN202
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    gcx = torch.zeros_like(cy) if grad_cy is None else grad_cy.clone()
+    if grad_hy is not None:
+        gcx = gcx + grad_hy * o * (1 - tanh_cy * tanh_cy)
+        go = grad_hy * tanh_cy * o * (1 - o)
+    else:
+        go = torch.zeros_like(o)
+    gi = gcx * g * i * (1 - i)
+    gf = gcx * cx * f * (1 - f)
+    gg = gcx * i * (1 - g * g)
+    grad_gates = torch.cat([gi, gf, gg, go], 1)
+    grad_bias = grad_gates.sum(0) if has_bias else None
+    return grad_gates, gcx * f, grad_bias
+
+
+def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):  # noqa: ANN001, ANN202
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+        hidden_gates = hidden_gates + hidden_bias
+    ir, ii, in_ = input_gates.chunk(3, 1)
+    hr, hi, hn = hidden_gates.chunk(3, 1)
+    r = (ir + hr).sigmoid()
+    z = (ii + hi).sigmoid()
+    n = (in_ + r * hn).tanh()
+    hy = n + z * (hx - n)
+    return hy, torch.cat([r, z, n, hx, hn], 1)
+
+
+def _fused_gru_cell_backward(grad_hy, workspace, has_bias):  # noqa: ANN001, ANN202
+    r, z, n, hx, hn = workspace.chunk(5, 1)
+    gz = grad_hy * (hx - n) * z * (1 - z)
+    gn = grad_hy * (1 - z) * (1 - n * n)
+    gr = gn * hn * r * (1 - r)
+    grad_input = torch.cat([gr, gz, gn], 1)
+    grad_hidden = torch.cat([gr, gz, gn * r], 1)
+    gbi = grad_input.sum(0) if has_bias else None
+    gbh = grad_hidden.sum(0) if has_bias else None
+    return grad_input, grad_hidden, grad_hy * z, gbi, gbh
+
+
 def _register_kernels() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_factory_fallback, "PrivateUse1")
@@ -105,7 +160,15 @@ def _register_kernels() -> None:
     lib.impl("empty_strided", _empty_strided, "PrivateUse1")
     lib.impl("_copy_from", _copy_from, "PrivateUse1")
     lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
+    lib.impl("_thnn_fused_lstm_cell", _fused_lstm_cell, "CPU")
+    lib.impl("_thnn_fused_lstm_cell_backward_impl", _fused_lstm_cell_backward, "CPU")
+    lib.impl("_thnn_fused_gru_cell", _fused_gru_cell, "CPU")
+    lib.impl("_thnn_fused_gru_cell_backward", _fused_gru_cell_backward, "CPU")
     lib.impl("is_pinned", _is_pinned, "AutogradCPU")
+    from neuron_studio.device.emulator.attention import sdpa_kernel
+
+    # SDPA stays one op on the device (TorchNeuron runs it as its built-in NKI kernel)
+    lib.impl("scaled_dot_product_attention", sdpa_kernel, "AutogradPrivateUse1")
     _LIB.append(lib)
     _register_autocast()
 
@@ -206,6 +269,9 @@ def register_emulator(registry: Any) -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _register_kernels()
+    from neuron_studio.device.emulator.attention import register_attention_flops
+
+    register_attention_flops()
     from neuron_studio.device.emulator import dynamo_skip
 
     dynamo_skip.skip_emulator_frames_in_dynamo([tensor, runtime, sys.modules[__name__]])

@@ -15,6 +15,7 @@ from torch.utils.flop_counter import flop_registry
 
 from neuron_studio.device import events as ev
 from neuron_studio.device.coverage import op_coverage
+from neuron_studio.device.emulator.attention import SPECIAL_OPS
 from neuron_studio.device.emulator.memory import MemoryTracker
 
 __all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
@@ -307,7 +308,8 @@ def _sync_metadata(w: NeuronTensor) -> None:
 
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
     uargs, kw, target = _prepare(func, args, kwargs)
-    out = func(*uargs, **kw) if kw else func(*uargs)
+    impl = SPECIAL_OPS.get(func, func)
+    out = impl(*uargs, **kw) if kw else impl(*uargs)
     if target < 0 and func is aten._to_copy.default:
         return out
     return _rewrap(out, args, uargs, kwargs, target)
@@ -365,8 +367,9 @@ def _flops(func, uargs, kw, out) -> int:  # noqa: ANN001
 
 def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
     uargs, kw, target = _prepare(func, args, kwargs)
+    impl = SPECIAL_OPS.get(func, func)
     t0 = time.perf_counter_ns()
-    out = func(*uargs, **kw) if kw else func(*uargs)
+    out = impl(*uargs, **kw) if kw else impl(*uargs)
     t1 = time.perf_counter_ns()
     to_host = target < 0 and func is aten._to_copy.default
     result = out if to_host else _rewrap(out, args, uargs, kwargs, target)
@@ -386,6 +389,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     transfer_bytes = 0
     if func is aten._local_scalar_dense.default:
         sync = ev.SYNC_ITEM
+        transfer = ev.TRANSFER_D2H  # one element copied to the host
+        transfer_bytes = uargs[0].element_size() if uargs and isinstance(uargs[0], _Tensor) else 0
     elif func in _DATA_DEPENDENT:
         sync = ev.SYNC_DATA_DEPENDENT
     elif func is aten.index.Tensor and any(

@@ -1,0 +1,150 @@
+"""Emulated `neuron` device vs plain CPU eager, side by side in one run (not a test).
+
+    python benchmarks/bench_device.py            # full run
+    python benchmarks/bench_device.py --quick    # fewer repetitions
+
+(a) per-op overhead: 10,000 small adds, µs per op above CPU, without and with an OpEvent subscriber
+    (goal <= 10 µs without);
+(b) MLP 64x1024x1024: forward + backward + SGD step (goal <= 1.10x CPU);
+(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.10x CPU).
+CPU and neuron repetitions are interleaved and medians reported, so drift in machine load hits both.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import neuron_studio
+
+COMMAND = "python benchmarks/bench_device.py"
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = 512, heads: int = 8) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+def _time(fn, n: int = 1) -> float:  # noqa: ANN001
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def interleaved(cases: dict, reps: int, n: int = 1, warmup: int = 2) -> dict[str, float]:
+    """Median seconds per call of each case, alternating the cases every repetition."""
+    for fn in cases.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(reps):
+        for k, fn in cases.items():
+            samples[k].append(_time(fn, n))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def bench_small_adds(reps: int) -> list[tuple]:
+    x = torch.randn(16)
+    xn = x.to("neuron")
+    n = 10_000
+
+    def cpu() -> None:
+        for _ in range(n):
+            x + x
+
+    def dev() -> None:
+        for _ in range(n):
+            xn + xn
+
+    sub = neuron_studio.device.subscribe(capacity=n)
+    sub.close()
+
+    def dev_sub() -> None:
+        with neuron_studio.device.subscribe(capacity=n):
+            for _ in range(n):
+                xn + xn
+
+    m = interleaved({"cpu": cpu, "neuron": dev, "neuron+sub": dev_sub}, reps)
+    per = {k: v / n * 1e6 for k, v in m.items()}
+    return [
+        ("(a) 10,000 adds, 16 floats", "no subscriber", per["cpu"], per["neuron"], per["neuron"] / per["cpu"],
+         f"{per['neuron'] - per['cpu']:.2f} µs/op overhead (goal <= 10)"),
+        ("(a) 10,000 adds, 16 floats", "subscriber", per["cpu"], per["neuron+sub"], per["neuron+sub"] / per["cpu"],
+         f"{per['neuron+sub'] - per['cpu']:.2f} µs/op overhead"),
+    ]
+
+
+def bench_mlp(reps: int) -> list[tuple]:
+    def make(dev: str):  # noqa: ANN202
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(64, 1024).to(dev)
+
+        def step() -> None:
+            opt.zero_grad()
+            model(x).square().mean().backward()
+            opt.step()
+
+        return step
+
+    m = interleaved({"cpu": make("cpu"), "neuron": make("neuron")}, reps)
+    return [("(b) MLP 64x1024x1024 fwd+bwd+SGD", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
+             m["neuron"] / m["cpu"], "goal <= 1.10x")]
+
+
+def bench_block(reps: int) -> list[tuple]:
+    def make(dev: str):  # noqa: ANN202
+        torch.manual_seed(0)
+        model = Block().to(dev)
+        x = torch.randn(8, 256, 512).to(dev)
+
+        def step() -> None:
+            model.zero_grad()
+            model(x).square().mean().backward()
+
+        return step
+
+    m = interleaved({"cpu": make("cpu"), "neuron": make("neuron")}, reps)
+    return [("(c) transformer block d512 s256 b8 fwd+bwd", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
+             m["neuron"] / m["cpu"], "goal <= 1.10x")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = p.parse_args(argv)
+    reps = 5 if args.quick else 11
+    rows = bench_small_adds(reps) + bench_mlp(reps) + bench_block(max(3, reps // 2))
+    print(f"$ {COMMAND}{' --quick' if args.quick else ''}")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, neuron backend "
+          f"{neuron_studio.device.backend()}, medians of interleaved repetitions")
+    head = f"{'case':44} {'unit':14} {'cpu':>10} {'neuron':>10} {'ratio':>7}  note"
+    print(head)
+    print("-" * len(head))
+    for case, unit, cpu, dev, ratio, note in rows:
+        unit = "µs/op" if case.startswith("(a)") else unit
+        print(f"{case:44} {unit:14} {cpu:10.3f} {dev:10.3f} {ratio:6.2f}x  {note}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Scale benchmark: import + full analysis of a 1,000,000-event trace, side by side with Holistic Trace Analysis.
+
+Generates one synthetic torch.profiler-style Chrome trace (what HTA reads): per launch a `cpu_op` with
+"Input Dims"/"Input type", its `cuda_runtime` cudaLaunchKernel, the GPU `kernel` on stream 7, and the `ac2g`
+flow pair linking them, plus ProfilerStep annotations; the same trace is also written as our Parquet
+directory. Then, each in a fresh subprocess (seconds after imports, peak RSS of the process):
+
+- ours, JSON:    read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path + roofline
+                 + cpu_fallbacks + sync_points
+- ours, Parquet: the same from the Parquet directory
+- HTA:           TraceAnalysis(trace_dir=...) (parse) + get_gpu_kernel_breakdown(visualize=False)
+
+    python benchmarks/bench_trace_scale.py [--events 1000000] [--dir /tmp/trace-scale] [--skip-hta]
+
+Goal: ours ≤ 5 s and ≤ 0.5× HTA. HTA is installed only for this benchmark (`pip install HolisticTraceAnalysis`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+_OPS = [  # name, input dims, input types, kernel name
+    ("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"], "ampere_bf16_s16816gemm_bf16_128x128"),
+    ("aten::addmm", [[1024], [512, 1024], [1024, 4096]], ["c10::BFloat16"] * 3, "sm80_xmma_gemm_bf16bf16_bf16f32"),
+    ("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
+    ("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
+     "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
+    ("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""], "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>"),
+    ("aten::_softmax", [[8, 16, 512, 512], [], []], ["float", "Scalar", "Scalar"],
+     "void at::native::cunn_SoftMaxForward<4, float, float, float>"),
+    ("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []], ["c10::BFloat16", "", "c10::BFloat16",
+                                                                        "c10::BFloat16", "Scalar"],
+     "void at::native::vectorized_layer_norm_kernel<c10::BFloat16, float>"),
+    ("aten::copy_", [[512, 1024], [512, 1024], []], ["float", "c10::BFloat16", "Scalar"],
+     "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>"),
+    ("aten::sum", [[512, 1024], [], [], []], ["float", "", "Scalar", ""],
+     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>"),
+    ("aten::embedding", [[32000, 1024], [8, 512], [], [], []], ["c10::BFloat16", "long int", "Scalar", "Scalar",
+                                                                "Scalar"],
+     "void at::native::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>"),
+]
+_STEP_LAUNCHES = 2000
+
+
+def generate(path: Path, n_events: int) -> int:
+    """Write the synthetic trace; returns the number of events written (5 per launch + step annotations)."""
+    pid, tid, stream = 4242, 4242, 7
+    launches = n_events // 5
+    written = 0
+    with open(path, "w") as fh:
+        fh.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n'
+                 '"deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85000000000}],\n'
+                 '"traceEvents": [\n')
+        fh.write(f'{{"ph": "M", "name": "process_name", "pid": {pid}, "tid": 0, "args": {{"name": "python"}}}},\n'
+                 f'{{"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {{"name": "GPU 0"}}}}')
+        written += 2
+        t = 1_000_000.0           # µs
+        gpu_t = t
+        ext = 0
+        step_len = _STEP_LAUNCHES * 12.0
+        buf = []
+        for k in range(launches):
+            if k % _STEP_LAUNCHES == 0:
+                s = k // _STEP_LAUNCHES
+                buf.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": {pid}, '
+                           f'"tid": {tid}, "ts": {t - 0.5:.3f}, "dur": {step_len:.3f}, '
+                           f'"args": {{"External id": {10**9 + s}}}}}')
+                written += 1
+            name, dims, types, kern = _OPS[k % len(_OPS)]
+            ext += 1
+            corr = 100_000 + k
+            dur_cpu = 9.0 + (k % 7) * 0.25
+            flops = ""
+            if name == "aten::mm":
+                flops = f', "flops": {2 * 512 * 1024 * 1024}'
+            buf.append(f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {tid}, '
+                       f'"ts": {t:.3f}, "dur": {dur_cpu:.3f}, "args": {{"External id": {ext}, '
+                       f'"Sequence number": {k}, "Fwd thread id": 0, "Record function id": 0, '
+                       f'"Input Dims": {json.dumps(dims)}, "Input type": {json.dumps(types)}, '
+                       f'"Ev Idx": {k}{flops}}}}}')
+            lt = t + 2.0
+            buf.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, '
+                       f'"tid": {tid}, "ts": {lt:.3f}, "dur": 5.0, "args": {{"External id": {ext}, '
+                       f'"cbid": 211, "correlation": {corr}}}}}')
+            buf.append(f'{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {tid}, "ts": {lt:.3f}, '
+                       f'"cat": "ac2g", "name": "ac2g"}}')
+            gpu_t = max(gpu_t, lt + 4.0)
+            kdur = 6.0 + (k % 5)
+            buf.append(f'{{"ph": "X", "cat": "kernel", "name": "{kern}", "pid": 0, "tid": {stream}, '
+                       f'"ts": {gpu_t:.3f}, "dur": {kdur:.3f}, "args": {{"External id": {ext}, "queued": 0, '
+                       f'"device": 0, "context": 1, "stream": {stream}, "correlation": {corr}, '
+                       f'"registers per thread": 64, "shared memory": 0, "blocks per SM": 4.0, '
+                       f'"warps per SM": 16.0, "grid": [128, 1, 1], "block": [256, 1, 1], '
+                       f'"est. achieved occupancy %": 50}}}}')
+            buf.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": {gpu_t:.3f}, '
+                       f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            gpu_t += kdur + 0.5
+            t += 12.0
+            written += 5
+            if len(buf) >= 50_000:
+                fh.write(",\n" + ",\n".join(buf))
+                buf = []
+        if buf:
+            fh.write(",\n" + ",\n".join(buf))
+        fh.write("\n]}\n")
+    return written
+
+
+# -- workers (each runs in its own process) ------------------------------------------------------------------
+
+def _rss_mb() -> float:
+    """Peak resident memory of this process (VmHWM: unlike ru_maxrss it is not inherited across exec)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def worker_ours(path: str) -> dict:
+    from neuron_studio.profiler.importers import read_trace
+    from neuron_studio.profiler.profile import Profile
+
+    base = _rss_mb()
+    t0 = time.perf_counter()
+    trace = read_trace(path)
+    t1 = time.perf_counter()
+    prof = Profile.from_trace(trace, kernel_lookup=None)
+    t2 = time.perf_counter()
+    table = prof.op_table()
+    prof.engine_utilization(bins=200)
+    hot = prof.hot_path()
+    prof.roofline()
+    prof.cpu_fallbacks()
+    prof.sync_points()
+    t3 = time.perf_counter()
+    return {"seconds": t3 - t0, "import_s": t1 - t0, "model_s": t2 - t1, "analyses_s": t3 - t2,
+            "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
+            "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot)}
+
+
+def worker_hta(trace_dir: str) -> dict:
+    import logging
+
+    from hta.trace_analysis import TraceAnalysis
+
+    logging.getLogger("hta").setLevel(logging.ERROR)
+    base = _rss_mb()
+    t0 = time.perf_counter()
+    analyzer = TraceAnalysis(trace_dir=trace_dir)
+    t1 = time.perf_counter()
+    kernel_type_df, kernel_df = analyzer.get_gpu_kernel_breakdown(visualize=False)
+    t2 = time.perf_counter()
+    return {"seconds": t2 - t0, "import_s": t1 - t0, "analyses_s": t2 - t1, "peak_rss_mb": _rss_mb(),
+            "baseline_rss_mb": base, "kernels": int(len(kernel_df)),
+            "top_kernel_type": str(kernel_type_df["kernel_type"].iloc[0]) if len(kernel_type_df) else None}
+
+
+def _run_worker(kind: str, target: Path) -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, str(target)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:300]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--events", type=int, default=1_000_000)
+    ap.add_argument("--dir", type=Path, default=Path("/tmp/neuron-studio-trace-scale"))
+    ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        kind, target = args.worker
+        res = worker_hta(target) if kind == "hta" else worker_ours(target)
+        print(json.dumps(res))
+        return
+
+    from neuron_studio.profiler.export import to_parquet
+    from neuron_studio.profiler.importers import read_trace
+
+    hta_dir = args.dir / "hta"
+    hta_dir.mkdir(parents=True, exist_ok=True)
+    js = hta_dir / "rank0.trace.json"
+    t = time.perf_counter()
+    n = generate(js, args.events)
+    gen_s = time.perf_counter() - t
+    t = time.perf_counter()
+    pq_dir = to_parquet(read_trace(js), args.dir / "trace.nstrace")
+    conv_s = time.perf_counter() - t
+    print(f"trace: {n:,} events, {js.stat().st_size / 1e6:.0f} MB JSON (generated in {gen_s:.1f} s); "
+          f"Parquet {sum(f.stat().st_size for f in pq_dir.iterdir()) / 1e6:.1f} MB (converted in {conv_s:.1f} s)")
+
+    rows = [("ours (JSON)", _run_worker("ours", js)), ("ours (Parquet)", _run_worker("ours", pq_dir))]
+    if not args.skip_hta:
+        rows.append(("HTA 0.5 (JSON)", _run_worker("hta", hta_dir)))
+    print(f"{'tool':<16}{'total s':>9}{'import s':>10}{'analyses s':>12}{'peak RSS MB':>13}  detail")
+    for name, r in rows:
+        if "error" in r:
+            print(f"{name:<16}  failed: {r['error']}")
+            continue
+        detail = {k: v for k, v in r.items() if k in ("ops", "host_events", "top_op", "kernels", "top_kernel_type",
+                                                      "model_s")}
+        print(f"{name:<16}{r['seconds']:>9.2f}{r['import_s']:>10.2f}{r['analyses_s']:>12.2f}"
+              f"{r['peak_rss_mb']:>13.0f}  {detail}")
+    res = dict(rows)
+    hta = res.get("HTA 0.5 (JSON)")
+    if hta and "error" not in hta:
+        for name in ("ours (JSON)", "ours (Parquet)"):
+            r = res[name]
+            if "error" not in r:
+                print(f"{name} / HTA: time {r['seconds'] / hta['seconds']:.2f}x, "
+                      f"peak memory {r['peak_rss_mb'] / hta['peak_rss_mb']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
