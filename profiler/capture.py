@@ -204,8 +204,10 @@ class Capture:
                 activities.append(torch.profiler.ProfilerActivity.PrivateUse1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                # shapes and FLOPs come with the device's OpEvents; asking torch.profiler for them too
+                # doubles its parse time for nothing
                 self._prof = torch.profiler.profile(
-                    activities=activities, record_shapes=True, with_flops=True, with_stack=self.with_stack
+                    activities=activities, record_shapes=False, with_flops=False, with_stack=self.with_stack
                 )
                 self._prof.__enter__()
 

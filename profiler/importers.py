@@ -152,7 +152,9 @@ def _load_json(data: bytes) -> Any:
     except UnicodeDecodeError as e:
         raise _Bad(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
     except json.JSONDecodeError as e:
-        truncated = e.pos >= len(data) - 1 - (len(data) - len(data.rstrip()) if len(data) < 1 << 20 else 0) or e.msg.startswith("Unterminated string")
+        tail = data[-256:]
+        end = len(data) - (len(tail) - len(tail.rstrip()))      # e.pos counts characters: exact for ASCII
+        truncated = e.pos >= end - 1 or e.msg.startswith("Unterminated string")
         what = "truncated JSON (the file ends early)" if truncated else "invalid JSON"
         raise _Bad(f"{what}: {e.msg} (line {e.lineno}, column {e.colno})") from None
 
@@ -212,7 +214,30 @@ def _decode_meta(m: Any) -> dict:
         raise _Bad(f"metadata 'meta': {e}") from None
     if not isinstance(value, dict):
         raise _Bad("metadata 'meta' value must be an object")
+    _check_meta(value)
     return value
+
+
+def _check_meta(meta: dict) -> None:
+    """The fields the analyses read must be usable (a trace that imports must also model)."""
+    from neuron_studio.profiler.model.config import MODES
+    from neuron_studio.profiler.specs import available_chips
+
+    chip = meta.get("chip", "trn2")
+    if not isinstance(chip, str) or chip.lower() not in available_chips():
+        raise _Bad(f"meta 'chip' {str(chip)[:40]!r} is not a known chip ({', '.join(available_chips())})")
+    mode = meta.get("mode", "eager")
+    if mode not in MODES:
+        raise _Bad(f"meta 'mode' {str(mode)[:40]!r} is not one of {', '.join(MODES)}")
+    steps = meta.get("steps", 1)
+    if steps is not None and (type(steps) is not int or not 0 <= steps < 1 << 40):
+        raise _Bad(f"meta 'steps' must be a non-negative integer, got {str(steps)[:40]!r}")
+    wall = meta.get("wall_ns", 0)
+    if type(wall) not in (int, float) or not math.isfinite(wall):
+        raise _Bad(f"meta 'wall_ns' must be a number, got {str(wall)[:40]!r}")
+    figures = meta.get("figures", {})
+    if not isinstance(figures, dict):
+        raise _Bad("meta 'figures' must be an object")
 
 
 def _column(values: list, dtype: str | None, table: str, col: str) -> Any:
@@ -257,12 +282,12 @@ def _frame(rows: list[list], cols: list[str], dtypes: dict, table: str) -> pd.Da
 
 
 def _frame_of(cols: dict[str, np.ndarray]) -> pd.DataFrame:
-    return pd.DataFrame({c: _series(np.asarray(v)) for c, v in cols.items()})
+    return pd.DataFrame({c: _series(np.asarray(v)) for c, v in cols.items()}, copy=False)
 
 
 def _series(a: np.ndarray) -> pd.Series:
     # object stays object: pandas would otherwise infer its Arrow string dtype, which rejects lone surrogates
-    return pd.Series(a, dtype=object) if a.dtype == object else pd.Series(a)
+    return pd.Series(a, dtype=object, copy=False) if a.dtype == object else pd.Series(a, copy=False)
 
 
 def _ours(doc: dict, ns: Any) -> Trace:
@@ -508,8 +533,6 @@ def _containing(start: np.ndarray, end: np.ndarray, thread: np.ndarray, r_start:
 
 
 def _plain(events: list, doc: dict, name: str) -> Trace:
-    from neuron_studio.profiler.model.ops import base_name, classify_engine, shape_stats
-
     # complete events ("X"), plus B/E pairs matched per thread
     if not set(map(type, events)) <= {dict}:
         raise _Bad(f"event {next(i for i, ev in enumerate(events) if type(ev) is not dict)} is not an object")
@@ -592,26 +615,18 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
 
     memo: dict[tuple, tuple] = {}
     derived = []
-    for i, j in zip(rows.tolist(), leaf.tolist()):
-        a = args[j]
-        nm = names[i]
-        fl = flops_host[i]
+    row_args = [args[j] for j in leaf.tolist()]
+    for nm, sh, fl, a in zip(name_arr[rows].tolist(), in_shapes[rows].tolist(), flops_host[rows].tolist(),
+                             row_args):
         types = a.get("Input type")
         try:
-            key = (nm, in_shapes[i], tuple(types) if type(types) is list else types, fl)
+            key = (nm, sh, tuple(types) if type(types) is list else types, fl)
             r = memo.get(key)
         except TypeError:                                      # unhashable junk in "Input type"
-            key = (nm, in_shapes[i], str(types), fl)
+            key = (nm, sh, str(types), fl)
             r = memo.get(key)
         if r is None:
-            shp, dts = _tensor_inputs(a.get("Input Dims"), a.get("Input type"))
-            base = base_name(nm)
-            outs = _infer_outputs(base, shp)
-            odt = [dts[int(np.argmax([math.prod(x) for x in shp]))]] if outs and base not in (
-                "mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear") else dts[:1] * len(outs)
-            eng = classify_engine(nm)
-            st = shape_stats(nm, eng, shp, dts, outs, odt, int(fl))
-            r = memo[key] = (_shapes_str(shp), ",".join(dts), _shapes_str(outs), ",".join(odt)) + st
+            r = memo[key] = _derive(nm, a.get("Input Dims"), types, fl)
         derived.append(r)
     m = len(rows)
     cols = list(zip(*derived)) if derived else [()] * 10
@@ -634,7 +649,7 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
         "itemsize": np.asarray(cols[7], dtype=np.int8),
         "dtype_class": np.asarray(cols[8], dtype=np.int8),
         "is_view": np.zeros(m, dtype=bool),
-        "is_inplace": np.asarray([_inplace(x) for x in name_arr[rows]], dtype=bool),
+        "is_inplace": _per_name(name_arr[rows], _inplace),
         "sync": np.full(m, None, dtype=object),
         "transfer": np.full(m, None, dtype=object),
         "transfer_bytes": np.zeros(m),
@@ -674,6 +689,29 @@ def _outermost(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.nda
         prev_max = np.maximum.accumulate(np.concatenate(([np.iinfo(np.int64).min], e[:-1])))
         keep.append(order[~(prev_max >= e) | (np.arange(len(order)) == 0)])
     return np.sort(np.concatenate(keep)) if keep else np.zeros(0, dtype=np.int64)
+
+
+def _derive(name: str, dims: Any, types: Any, flops: float) -> tuple:
+    """Shape strings and the model's derived sizes for one distinct (op, inputs) combination."""
+    from neuron_studio.profiler.model.ops import base_name, classify_engine, shape_stats
+
+    shp, dts = _tensor_inputs(dims, types)
+    base = base_name(name)
+    outs = _infer_outputs(base, shp)
+    if outs and base not in ("mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "linear"):
+        odt = [dts[max(range(len(shp)), key=lambda k: math.prod(shp[k]))]]   # dtype of the largest input
+    else:
+        odt = dts[:1] * len(outs)
+    st = shape_stats(name, classify_engine(name), shp, dts, outs, odt, int(flops))
+    return (_shapes_str(shp), ",".join(dts), _shapes_str(outs), ",".join(odt)) + st
+
+
+def _per_name(names: np.ndarray, fn: Any) -> np.ndarray:
+    """`fn(name)` per row, evaluated once per distinct name."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    codes, uniq = pd.factorize(names)
+    return np.asarray([fn(u) for u in uniq], dtype=bool)[codes]
 
 
 def _step_number(s: str) -> int:

@@ -198,6 +198,23 @@ class Profile:
                                  step_time_after_ns=self.step_time_ns)
 
     # -- export / display --------------------------------------------------------------------------
+    def explore(self) -> Any:
+        """A live explorer (panel): filters, a run picker, op table, zoomable timeline and roofline."""
+        from neuron_studio.ui.explore import explore
+
+        return explore(self)
+
+    def timeline_figure(self) -> Any:
+        """Zoomable plotly chart of the engine tracks per NeuronCore."""
+        from neuron_studio.ui.figures import timeline_figure
+
+        return timeline_figure(self.ops)
+
+    def roofline_figure(self) -> Any:
+        from neuron_studio.ui.figures import roofline_figure
+
+        return roofline_figure(self.roofline(), self.roofs())
+
     def to_summary(self, **extra: Any) -> dict[str, Any]:
         """The compact JSON summary (the MIME payload the notebook and the JupyterLab extension render)."""
         from neuron_studio.profiler.summary import profile_summary

@@ -1,0 +1,95 @@
+"""%%neuron with vs without profiling, and the inline output's size and first render time (not a test).
+
+    python benchmarks/bench_magic.py
+
+(a) the transformer-block training step (d_model 512, seq 256, batch 8, fwd+bwd+AdamW) run by
+    `%%neuron --steps 3 --warmup 1` with profiling vs `--no-profile`, interleaved, medians (goal <= 1.25x);
+(b) size of the MIME bundle a profiled cell stores in the notebook (custom JSON, HTML, text);
+(c) first render of that HTML in headless Chromium (Debian's /usr/bin/chromium via Playwright), if present.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+COMMAND = "python benchmarks/bench_magic.py"
+SETUP = """
+import torch
+from tests.models.blocks import TransformerBlock
+torch.manual_seed(0)
+model = TransformerBlock(512, 8).to("neuron")
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(8, 256, 512, device="neuron")
+"""
+BODY = "loss = model(x).pow(2).mean()\nloss.backward(); opt.step(); opt.zero_grad()\n"
+
+
+def main() -> None:
+    from IPython.testing.globalipapp import start_ipython
+
+    from neuron_studio.session import session
+
+    tmp = tempfile.mkdtemp()
+    session().use_store(tmp)
+    ip = start_ipython()
+    ip.run_line_magic("load_ext", "neuron_studio")
+    assert ip.run_cell(SETUP).success
+    ip.display_formatter.active_types = ["text/plain"]
+    plain, prof = [], []
+    last = None
+    for _ in range(3):
+        t0 = time.perf_counter()
+        assert ip.run_cell(f"%%neuron --steps 3 --warmup 1 --no-profile\n{BODY}").success
+        plain.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        res = ip.run_cell(f"%%neuron --steps 3 --warmup 1\n{BODY}")
+        prof.append(time.perf_counter() - t0)
+        last = res.result
+    a, b = statistics.median(plain), statistics.median(prof)
+    print(f"$ {COMMAND}")
+    print(f"(a) %%neuron transformer step x3 (+1 warm-up): no-profile {a:.2f} s, profiled {b:.2f} s, "
+          f"ratio {b / a:.2f}x (goal <= 1.25x)")
+    bundle = last._repr_mimebundle_()
+    sizes = {k: len(json.dumps(v)) if not isinstance(v, str) else len(v.encode()) for k, v in bundle.items()}
+    print("(b) inline output size: " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sizes.items())
+          + f", total {sum(sizes.values()) / 1024:.1f} KiB")
+    _render(bundle["text/html"])
+
+
+def _render(html: str) -> None:
+    if not os.path.exists("/usr/bin/chromium"):
+        print("(c) first render: skipped (no /usr/bin/chromium; `apt-get install chromium`)")
+        return
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        print("(c) first render: skipped (pip install playwright)")
+        return
+    page_file = Path(tempfile.mkdtemp()) / "out.html"
+    page_file.write_text(f"<!doctype html><html><body>{html}</body></html>")
+    times = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--no-first-run", "--disable-sync"])
+        page = browser.new_page()
+        for _ in range(5):
+            t0 = time.perf_counter()
+            page.goto(page_file.as_uri())
+            page.wait_for_selector(".nstu .kp")
+            times.append((time.perf_counter() - t0) * 1000)
+        fcp = page.evaluate("performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? null")
+        browser.close()
+    print(f"(c) first render in headless Chromium: load-to-summary median {statistics.median(times):.0f} ms "
+          f"(first-contentful-paint {fcp if fcp is None else round(fcp)} ms)")
+
+
+if __name__ == "__main__":
+    main()
