@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from .cost import KernelTiming, LineTiming, kernel_time, roofline_ns
 from .flash_attention import flash_attention_kernel, reference_flash_attention
 from .interpreter import Instruction, JitKernel, KernelTrace, NkiError, NkiRuleError, NkiUsageError
@@ -41,5 +43,12 @@ def run(kernel: Any, *args: Any, chip: str = "trn2", **kwargs: Any) -> tuple[Any
     runs on the device and the trace is None (use the profiler there).
     """
     if isinstance(kernel, JitKernel):
-        return kernel.run(*args, chip=chip, **kwargs)
+        # the interpreter works on host arrays: neuron (or other device) tensors go through the host and
+        # the output comes back to the first argument's device
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        host = [a.detach().cpu() if isinstance(a, torch.Tensor) and a.device.type != "cpu" else a for a in args]
+        out, trace = kernel.run(*host, chip=chip, **kwargs)
+        if device is not None and device.type != "cpu" and isinstance(out, torch.Tensor):
+            out = out.to(device)
+        return out, trace
     return kernel(*args, **kwargs), None

@@ -171,7 +171,7 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
                          summary=None)
         raise
     breaks_before = graph_break_counts() if spec.mode == "compile" else {}
-    cap = Capture(mode=spec.mode, chip=chip, name=spec.name or f"run {run_id}")
+    cap = Capture(mode=spec.mode, chip=chip, name=spec.name)
     progress = _Progress(spec.steps, f"%%neuron {spec.mode}", live=getattr(shell, "kernel", None) is not None)
     t0 = time.perf_counter()
     error: BaseException | None = None

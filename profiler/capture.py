@@ -72,7 +72,8 @@ class _ModuleTracker:
                         name = f"{parent}.{child_name}"
                         break
         if name is None:
-            name = type(module).__name__
+            inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule: name the model
+            name = type(inner if isinstance(inner, torch.nn.Module) else module).__name__
         self.names[key] = name
         self._modules_by_path[name] = module
         self.classes[name] = _class_label(module)
@@ -191,6 +192,10 @@ class Capture:
         self.stop(status=status)
 
     def start(self) -> None:
+        # our global module hooks make torch.compile(module) warn on every call; they are observers only
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message=r".*global hooks.*")
         bus = self.registry.bus
         self._sub = bus.subscribe(capacity=self.capacity, with_source=True)
         self._tracker = _ModuleTracker(bus)
@@ -237,6 +242,9 @@ class Capture:
         if self._sub is not None:
             self._sub.close()
         self._tracker.stop()
+        if getattr(self, "_warnings", None) is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
         seqs = np.fromiter((e.seq for e in events), dtype=np.int64, count=len(events))
         modules, phases = self._tracker.assign(seqs)
         for i, e in enumerate(events):

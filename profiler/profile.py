@@ -152,7 +152,8 @@ class Profile:
                 return self.kernel_lookup(op, "", None)
 
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
-        _hot.attach_savings(hot, self.ops, self.roofs())
+        _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.modeled.config.launch_overhead_ns(
+            self.trace.mode))
         return hot
 
     def cpu_fallbacks(self) -> pd.DataFrame:

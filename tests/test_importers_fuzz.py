@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-import math
+import os
 import shutil
 from pathlib import Path
 
@@ -22,8 +22,8 @@ from neuron_studio.profiler.profile import Profile
 from neuron_studio.profiler.trace import Trace, TraceFormatError
 from tests.test_export_import import hand_trace
 
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")), deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 
 def outcome(data: bytes) -> Trace | None:

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["ProfileDiff", "diff_tables"]
+__all__ = ["ProfileDiff", "diff_tables", "SAME_WITHIN_PCT"]
+
+SAME_WITHIN_PCT = 1.0  # an op whose time moved by less than this (percent) is reported as "same"
 
 
 @dataclass
@@ -30,9 +32,12 @@ def diff_tables(before: pd.DataFrame, after: pd.DataFrame, *, key: str = "key",
     a = before[[key, value]].rename(columns={value: "before_ns"})
     b = after[[key, value]].rename(columns={value: "after_ns"})
     m = a.merge(b, on=key, how="outer")
-    m["status"] = np.where(m["before_ns"].isna(), "new", np.where(m["after_ns"].isna(), "removed", "same"))
+    new, removed = m["before_ns"].isna(), m["after_ns"].isna()
     m[["before_ns", "after_ns"]] = m[["before_ns", "after_ns"]].fillna(0.0)
     m["delta_ns"] = m["after_ns"] - m["before_ns"]
     with np.errstate(divide="ignore", invalid="ignore"):
         m["change_pct"] = np.where(m["before_ns"] > 0, m["delta_ns"] / m["before_ns"] * 100.0, np.nan)
+    moved = m["change_pct"].abs() >= SAME_WITHIN_PCT
+    m["status"] = np.select([new, removed, moved & (m["delta_ns"] < 0), moved & (m["delta_ns"] > 0)],
+                            ["new", "removed", "faster", "slower"], default="same")
     return m.sort_values("delta_ns", key=np.abs, ascending=False).reset_index(drop=True)

@@ -28,6 +28,8 @@ def joined_ops(trace_ops: pd.DataFrame, modeled_ops: pd.DataFrame) -> pd.DataFra
         "bound": m["bound"].to_numpy(),
         "group": m["group"].to_numpy(),
         "launch": m["launch"].to_numpy(bool),
+        "launch_ns": (m["launch_overhead_ns"].to_numpy(np.float64) if "launch_overhead_ns" in m
+                      else np.zeros(len(m))),
         "fallback": trace_ops["fallback"].to_numpy(),
         "sync": trace_ops["sync"].to_numpy(),
         "transfer": trace_ops["transfer"].to_numpy(),

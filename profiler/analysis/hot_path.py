@@ -80,21 +80,23 @@ def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
     return max(flops / max(roofs.peak_flops, 1.0), nbytes / max(roofs.hbm_bytes_per_s, 1.0)) * 1e9
 
 
-def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any) -> None:
+def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: float = 0.0) -> None:
     """Modeled saving of each kernel match: matched time minus one fused launch at the roofline.
 
     Op-level matches (an aten op a kernel implements) save the gap to the op's own roofline. Module-level
     matches (RMSNorm, gated MLP, attention) replace every op the module ran: per call (a contiguous run of
     the module's ops), a fused kernel reads the first op's operands and writes the last op's results once,
-    so the saving is the module's modeled time minus that per-call roofline. Never negative.
+    so the saving is the module's modeled time (with its launch overheads) minus that per-call roofline
+    plus one launch (`launch_ns`). Never negative.
     """
+    has_launch = "launch_ns" in ops
     for h in hot:
         for k in h.kernels:
             pattern = str(k.get("pattern") or "")
             if pattern.startswith("aten::") or not h.module:
                 sel = ops[(ops["op"] == h.op) & (ops["module"] == h.module)]
                 fused = _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
-                k["saving_ns"] = max(0.0, float(sel["device_ns"].sum()) - fused)
+                k["saving_ns"] = float(max(0.0, float(sel["device_ns"].sum()) - fused))
                 k["scope"] = "op"
                 continue
             prefix = _module_for_pattern(h.module, k)
@@ -103,6 +105,7 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any) -> None:
             if sub.empty:
                 k["saving_ns"] = 0.0
                 continue
+            sub = sub.sort_values("seq")
             seq = sub["seq"].to_numpy()
             gaps = np.diff(seq) > 1
             starts = np.concatenate([[0], np.nonzero(gaps)[0] + 1])
@@ -110,8 +113,9 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any) -> None:
             b = sub["bytes"].to_numpy()
             f = sub["flops"].to_numpy()
             cf = np.concatenate([[0.0], np.cumsum(f)])
-            fused = sum(_roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) for s, e in zip(starts, ends))
-            k["saving_ns"] = max(0.0, float(sub["device_ns"].sum()) - fused)
+            fused = sum(_roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns for s, e in zip(starts, ends))
+            spent = float(sub["device_ns"].sum()) + (float(sub["launch_ns"].sum()) if has_launch else 0.0)
+            k["saving_ns"] = float(max(0.0, spent - fused))
             k["scope"] = f"module {prefix}"
 
 

@@ -156,6 +156,15 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str) -> Schedule:
         prev_in_graph = prev(in_graph, False)
         conds = [is_fb, gchange, ~in_graph & is_sync, ~in_graph & is_tr, eager_row & prev_in_graph, eager_row]
         codes = [R_FALLBACK, R_GRAPH_START, R_SYNC, R_TRANSFER, R_GRAPH_BREAK, R_EAGER]
+    if mode != "compile" and n and (graph >= 0).any():
+        # torch.compile(backend="neuron") used inside an eager/adaptive run: its graphs still launch whole
+        g_in = graph >= 0
+        g_change = g_in & (graph != prev(graph, -2))
+        g_leave = ~g_in & prev(g_in, False)
+        brk_before = np.where(g_in, g_change | is_fb, brk_before | g_leave)
+        solo = np.where(g_in, is_fb, solo)
+        conds = [g_in & g_change, g_leave] + conds
+        codes = [R_GRAPH_START, R_GRAPH_BREAK] + codes
     after = prev(solo, False)
     brk = core_start | brk_before | after
     reason = np.select(conds + [after], codes + [R_AFTER], default=R_END).astype(np.int8)
@@ -182,8 +191,10 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str) -> Schedule:
     base = np.full(n, config.launch_overhead_ns(mode))
     if mode == "compile":
         base[graph < 0] = config.eager_launch_overhead_ns
-    elif mode == "adaptive":
-        base[det] = config.eager_launch_overhead_ns
+    else:
+        if mode == "adaptive":
+            base[det] = config.eager_launch_overhead_ns
+        base[graph >= 0] = config.launch_overhead_ns("compile")
     ovh = np.where(launch, base, 0.0)
 
     in_b = np.where(real, _take(cols.in_bytes, order), 0.0)
