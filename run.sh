@@ -42,7 +42,16 @@ case "${1:-}" in
   test)
     install
     install_browser
-    python -m pytest -n 2 -q "${@:2}"
+    if [ $# -gt 1 ]; then
+      exec python -m pytest -q "${@:2}"
+    fi
+    # Three sessions: the extension's route tests load pytest-jupyter's autouse event-loop fixtures,
+    # which must not leak into the core suite or the browser tests (Playwright runs its own loop).
+    status=0
+    python -m pytest -n 2 -q tests || status=$?
+    python -m pytest -q extension/tests || status=$?
+    python -m pytest -q extension/ui-tests || status=$?
+    exit $status
     ;;
   *)
     echo "usage: bash run.sh lab|test [extra args]" >&2
