@@ -39,7 +39,7 @@ class CellRun:
 
 def _cell_filename(shell: Any) -> str:
     count = getattr(shell, "execution_count", None) or next(_cell_counter)
-    return f"neuron-cell-{count}"
+    return f"cell-{count}"
 
 
 def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
@@ -91,6 +91,22 @@ def _assigned_names(tree: ast.Module) -> set[str]:
             for a in node.names:
                 names.add((a.asname or a.name).split(".")[0])
     return names
+
+
+def _cell_sources(shell: Any, sources: Any) -> Any:
+    """Rewrite IPython's per-cell file names ("/tmp/ipykernel_1/123.py:4") as "cell-<In number>:<line>"."""
+    fmap = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    if not fmap:
+        return sources
+
+    def one(src: Any) -> Any:
+        if not isinstance(src, str):
+            return src
+        path, sep, line = src.rpartition(":")
+        count = fmap.get(path)
+        return f"cell-{count}:{line}" if sep and count is not None else src
+
+    return sources.map(one)
 
 
 class _Progress:
@@ -187,6 +203,8 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         error = e
     wall = time.perf_counter() - t0
     status = cap.status if cap.trace is not None else "error"
+    if cap.trace is not None:
+        cap.trace.ops["source"] = _cell_sources(shell, cap.trace.ops["source"])
     warnings: list[str] = list(settings.notes)
     if spec.mode == "compile":
         after = graph_break_counts()

@@ -77,7 +77,7 @@ def test_adaptive_fuses_and_item_is_a_sync_point(ip):
     sp = adaptive.sync_points()
     assert "aten::_local_scalar_dense" in set(sp["op"])
     src = sp[sp["op"] == "aten::_local_scalar_dense"]["source"].iloc[0]
-    assert src.startswith("neuron-cell-") and src.endswith(":4")   # the line of `.item()` in the cell
+    assert src.startswith("cell-") and src.endswith(":4")   # the line of `.item()` in the cell
 
 
 def test_chip_option_changes_the_model(ip):
@@ -152,6 +152,17 @@ def test_check_reports_fallbacks_and_float64(ip):
     by = {i.topic: i for i in report.items}
     assert by["fallbacks"].severity == "error" and any("unique" in d for d in by["fallbacks"].details)
     assert by["dtypes"].severity == "warning" and "float64" in by["dtypes"].message
+
+
+def test_sources_in_earlier_cells_name_the_cell(ip):
+    ok = ip.run_cell("def helper(t):\n    return t.exp()\n")
+    assert ok.success
+    count = ok.execution_count
+    res = run(ip, "--name src", "y = helper(x)\n")
+    src = res.result.op_table  # noqa: F841 - the profile exists
+    exp = res.result.trace.ops
+    exp = exp[exp["name"] == "aten::exp"]["source"].iloc[0]
+    assert exp == f"cell-{count}:2"
 
 
 def test_compare_with_previous_run_of_the_same_cell(ip):

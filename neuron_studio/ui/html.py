@@ -66,8 +66,8 @@ def _source(src: Any) -> str:
     if not src:
         return ""
     s = str(src)
-    if s.startswith("neuron-cell-"):
-        cell, _, line = s[len("neuron-cell-"):].partition(":")
+    if s.startswith("cell-"):
+        cell, _, line = s[len("cell-"):].partition(":")
         return f"cell [{cell}] line {line}"
     return s.rsplit("/", 1)[-1]
 
