@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -26,13 +25,15 @@ import time
 from pathlib import Path
 
 _OPS = [  # name, input dims, input types, kernel name
-    ("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"], "ampere_bf16_s16816gemm_bf16_128x128"),
+    ("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
+     "ampere_bf16_s16816gemm_bf16_128x128"),
     ("aten::addmm", [[1024], [512, 1024], [1024, 4096]], ["c10::BFloat16"] * 3, "sm80_xmma_gemm_bf16bf16_bf16f32"),
     ("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
      "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
     ("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
      "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
-    ("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""], "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>"),
+    ("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""],
+     "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>"),
     ("aten::_softmax", [[8, 16, 512, 512], [], []], ["float", "Scalar", "Scalar"],
      "void at::native::cunn_SoftMaxForward<4, float, float, float>"),
     ("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []], ["c10::BFloat16", "", "c10::BFloat16",
