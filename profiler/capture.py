@@ -297,20 +297,24 @@ class Capture:
         return np.searchsorted(bounds, seqs, side="left").astype(np.int32)
 
     def _host_frame(self) -> pd.DataFrame:
+        """Host events from the raw kineto results (skips torch's FunctionEvent tree: ~10x cheaper)."""
         prof = self._prof
-        evs = prof.events() if prof is not None else []
-        start_ns = prof.profiler.kineto_results.trace_start_ns() if prof is not None else 0
-        offset = start_ns - self._t_wall0  # kineto wall clock -> ns since capture start
+        evs = prof.profiler.kineto_results.events() if prof is not None and prof.profiler is not None else []
+        t0 = self._t_wall0  # kineto reports wall-clock ns; make them ns since the capture started
         rows: dict[str, list] = {k: [] for k in HOST_COLUMNS}
+        cpu = torch.autograd.DeviceType.CPU
         for e in evs:
-            rows["name"].append(e.name)
-            rows["category"].append("user_annotation" if e.is_user_annotation else "cpu_op")
-            rows["thread"].append(int(e.thread))
-            rows["start_ns"].append(int(e.time_range.start * 1000) + offset)
-            rows["dur_ns"].append(int((e.time_range.end - e.time_range.start) * 1000))
-            rows["input_shapes"].append(str(e.input_shapes) if e.input_shapes else None)
-            rows["flops"].append(float(e.flops or 0))
-            rows["stack"].append("\n".join(e.stack) if e.stack else None)
+            if e.device_type() != cpu:
+                continue
+            rows["name"].append(e.name())
+            rows["category"].append("user_annotation" if e.is_user_annotation() else "cpu_op")
+            rows["thread"].append(int(e.start_thread_id()))
+            rows["start_ns"].append(int(e.start_ns()) - t0)
+            rows["dur_ns"].append(int(e.duration_ns()))
+            rows["input_shapes"].append(None)
+            rows["flops"].append(0.0)
+            stack = e.stack() if self.with_stack else None
+            rows["stack"].append("\n".join(stack) if stack else None)
         return pd.DataFrame(rows)
 
     # -- results ---------------------------------------------------------------------------------
