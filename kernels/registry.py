@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["KernelEntry", "KernelMatch", "KernelRegistry", "get_registry", "lookup", "lookup_module",
-           "is_gated_mlp"]
+           "is_gated_mlp", "GATE_NAMES"]
 
 _TNX_KERNELS = "torch_neuronx/python_ops/nki_kernels"
 
@@ -161,13 +161,13 @@ def lookup(op_name: str, module_path: str | None = None, module_class: str | Non
     return get_registry().lookup(op_name, module_path, module_class)
 
 
-_GATE_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
+GATE_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
 
 
 def is_gated_mlp(module: Any) -> bool:
     """True for a module with gate/up/down Linear children (the SiLU-gated MLP pattern)."""
     children = dict(module.named_children()) if hasattr(module, "named_children") else {}
-    for names in _GATE_NAMES:
+    for names in GATE_NAMES:
         if all(n in children and type(children[n]).__name__ == "Linear" for n in names):
             return True
     return False

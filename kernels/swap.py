@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from .layernorm import layernorm_kernel, reference_layernorm
-from .registry import KernelEntry, get_registry
+from .registry import GATE_NAMES, KernelEntry, get_registry
 from .rmsnorm import reference_rmsnorm, rmsnorm_kernel
 from .swiglu_mlp import reference_swiglu_mlp, swiglu_mlp_kernel
 
@@ -130,12 +130,9 @@ def _ln_forward(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tenso
     return lambda x: op(x, module.weight, module.bias, float(module.eps))
 
 
-_GATED = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
-
-
 def _gated_names(m: torch.nn.Module) -> tuple[str, str, str] | None:
     kids = {n: c for n, c in m.named_children() if isinstance(c, torch.nn.Linear)}
-    for names in _GATED:
+    for names in GATE_NAMES:
         if all(n in kids and kids[n].bias is None for n in names):
             return names
     return None
