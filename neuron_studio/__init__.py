@@ -8,7 +8,7 @@ from __future__ import annotations
 from neuron_studio import device
 from neuron_studio.device import info
 
-__all__ = ["device", "info", "last", "profile", "load_ipython_extension", "unload_ipython_extension"]
+__all__ = ["device", "info", "last", "profile", "step", "load_ipython_extension", "unload_ipython_extension"]
 __version__ = "0.1.0"
 
 
@@ -24,6 +24,13 @@ def profile(fn=None, **kwargs):  # noqa: ANN001, ANN003, ANN201
     from neuron_studio.profiler.capture import profile as _profile
 
     return _profile(fn, **kwargs)
+
+
+def step() -> None:
+    """Mark the end of a training step for `neuron-studio run` (no-op otherwise)."""
+    from neuron_studio._activate import step as _step
+
+    _step()
 
 
 def load_ipython_extension(ipython) -> None:  # noqa: ANN001 - IPython's shell

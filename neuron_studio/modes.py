@@ -57,7 +57,10 @@ def mode_settings(mode: str) -> ModeSettings:
                         "each new input shape is a recompile",),
         }[mode]
         return ModeSettings(mode, backend, switches, notes)
-    return ModeSettings(mode, backend, switches, ("real TorchNeuron: switches as read from the environment",))
+    from neuron_studio.device.real import eager_switches
+
+    effective = {k: f"{v.value} ({v.source})" for k, v in eager_switches().items()}
+    return ModeSettings(mode, backend, effective, ("real TorchNeuron: effective eager switches recorded",))
 
 
 # -- the torch.compile backend ------------------------------------------------------------------------

@@ -38,7 +38,10 @@ class CellRun:
 
 
 def _cell_filename(shell: Any) -> str:
-    count = getattr(shell, "execution_count", None) or next(_cell_counter)
+    """`cell-<In number>` of the running cell: IPython caches each cell under its number before running it
+    (its `execution_count` may already point at the next cell)."""
+    fmap = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
+    count = max(fmap.values()) if fmap else (getattr(shell, "execution_count", None) or next(_cell_counter))
     return f"cell-{count}"
 
 
@@ -163,6 +166,8 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         if spec.sync:
             torch.neuron.synchronize()
         return None
+    if reg.backend == "real":
+        return _run_cell_real(shell, spec, fn, (spec.chip or reg.target.chip).lower())
 
     from neuron_studio.modes import graph_break_counts, mode_settings
     from neuron_studio.profiler.capture import Capture
@@ -234,6 +239,46 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         print(f"%%neuron: the cell ran no op on the neuron device (run {run_id} saved with no trace). "
               "Move tensors and models with .to('neuron').")
         return None
+    return prof
+
+
+def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) -> Any:
+    """On Trainium: torch.profiler + NeuronConfig capture, op tracking, then Neuron Explorer's measured figures."""
+    from neuron_studio.modes import mode_settings
+    from neuron_studio.profiler.real_capture import ExplorerNotFoundError, NeuronCaptureOptions, capture_real
+    from neuron_studio.store import make_cell_key
+
+    sess = session()
+    store = sess.store
+    notebook, cell_id = _notebook_and_cell(shell)
+    cell_key = make_cell_key(notebook, cell_id=cell_id or (f"name:{spec.name}" if spec.name else None),
+                             cell_source=spec.source)
+    settings = mode_settings(spec.mode)
+    run_id = store.begin_run(
+        cell_source=spec.source, options={**asdict(spec), "source": None, "switches": settings.switches},
+        name=spec.name, cell_key=cell_key, notebook=notebook, mode=spec.mode, chip=chip, backend="real",
+    )
+    try:
+        run = capture_real(fn, steps=spec.steps, warmup=spec.warmup, mode=spec.mode, name=spec.name, chip=chip,
+                           options=NeuronCaptureOptions(out_dir=store.root / "neuron_profile" / str(run_id)))
+    except BaseException as e:
+        store.finish_run(run_id, status="interrupted" if isinstance(e, KeyboardInterrupt) else "error", summary=None)
+        raise
+    try:
+        prof = run.profile(chip=spec.chip)
+    except ExplorerNotFoundError as e:
+        store.finish_run(run_id, status="ok", summary=None, wall_s=run.wall_ns / 1e9)
+        print(f"%%neuron: profile captured in {run.run_dir}; {e}")
+        return run
+    prof.run_id = run_id
+    summary = prof.to_summary(run_id=run_id, name=spec.name, cell_key=cell_key, notebook=notebook, status="ok",
+                              compare=_compare_block(store, run_id, spec.compare, prof),
+                              warnings=list(settings.notes) + list(run.notes))
+    save_profile(store, run_id, prof)
+    prof.summary_payload = summary
+    sess.last_profile = prof
+    store.finish_run(run_id, status="ok", summary=summary, step_time_ns=int(prof.step_time_ns),
+                     mfu=float(prof.mfu), wall_s=run.wall_ns / 1e9)
     return prof
 
 

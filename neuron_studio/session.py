@@ -118,6 +118,13 @@ def load_profile(store: RunStore, run: RunRecord | int | str) -> Any:
     host = store.load_table(rec.id, "host").to_pandas() if "host" in tables else None
     compiles = store.load_table(rec.id, "compiles").to_pandas() if "compiles" in tables else None
     meta = json.loads(store.load_table(rec.id, "meta").to_pandas()["json"].iloc[0]) if "meta" in tables else {}
-    prof = Profile.from_trace(Trace(ops=ops, host=host, compiles=compiles, meta=meta))
+    trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta)
+    if "measured_summary" in meta:  # a run measured on Trainium: keep its figures, never re-model them
+        from neuron_studio.profiler.explorer import profile_from_saved
+
+        prof = profile_from_saved(trace, store.load_table(rec.id, "device_ops").to_pandas()
+                                  if "device_ops" in tables else None)
+    else:
+        prof = Profile.from_trace(trace)
     prof.run_id = rec.id
     return prof

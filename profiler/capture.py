@@ -340,6 +340,16 @@ def profile(
     host_events: bool = True,
 ) -> Any:
     """`with profile(...) as run:` or `profile(fn, steps=5, warmup=2) -> Profile`."""
+    if _device.backend() == "real":
+        if fn is None:
+            raise RuntimeError(
+                "on real Trainium, profile a step function: neuron_studio.profile(step, steps=N) (it captures "
+                "with torch.profiler + NeuronConfig and reads Neuron Explorer's measured figures); the `with` "
+                "form records emulator op events, which TorchNeuron does not emit"
+            )
+        from neuron_studio.profiler.real_capture import capture_real
+
+        return capture_real(fn, steps=steps, warmup=warmup, mode=mode, name=name).profile(chip=chip)
     cap = Capture(mode=mode, chip=chip, warmup=warmup, name=name, host_events=host_events)
     if fn is None:
         return cap

@@ -74,7 +74,7 @@ class Profile:
 
         recompiles = int(trace.compiles["recompile"].sum()) if len(trace.compiles) else 0
         modeled = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
-                            recompiles=recompiles)
+                            recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1))
         return cls(trace, modeled, kernel_lookup=kernel_lookup)
 
     # -- headline figures --------------------------------------------------------------------------

@@ -45,7 +45,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
             "share": _num(h.share), "bound": h.bound, "why": h.why, "engine": h.engine, "count": h.count,
             "kernel": None if k is None else {
                 "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
-                "line": k.get("line"), "saving_ns": _num(k.get("saving_ns")),
+                "line": k.get("line"), "saving_ns": _num(k.get("saving_ns")), "scope": k.get("scope"),
             },
         })
     fb = prof.cpu_fallbacks()

@@ -183,6 +183,7 @@ def ops_frame(events: list, *, modules: list[str] | None = None, phases: list[st
         "phase": phases if phases is not None else [_phase(e) for e in events],
         "module": modules if modules is not None else [""] * n,
         "step": np.asarray(steps if steps is not None else [0] * n, dtype=np.int32),
+        "tags": [",".join(e.tags) for e in events],
     })
     return df
 

@@ -6,16 +6,17 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { ICommandPalette, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
+import { ICommandPalette, MainAreaWidget, Notification, WidgetTracker } from '@jupyterlab/apputils';
 import { IDocumentManager } from '@jupyterlab/docmanager';
 import { FileEditor } from '@jupyterlab/fileeditor';
 import { ILauncher } from '@jupyterlab/launcher';
-import { INotebookTracker } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { IStatusBar } from '@jupyterlab/statusbar';
 import { Widget } from '@lumino/widgets';
 
-import { createRendererFactory, el, IProfileViewActions } from './mime';
+import { createRendererFactory, el, IProfileViewActions, parseSource } from './mime';
+import { latestProfile, resolveSourceCell, revealCellLine } from './sources';
 import { ProfilerPanel } from './panel';
 import { requestAPI } from './request';
 import { NeuronStatusItem } from './status';
@@ -29,13 +30,35 @@ import {
 
 const PLUGIN_PREFIX = 'neuron-studio-lab';
 
-/** Actions the views trigger: both go through commands so they are scriptable and testable. */
+/** Run a command from a click: failures become a notification, never an unhandled rejection. */
+function run(app: JupyterFrontEnd, id: string, args: Record<string, any>): void {
+  app.commands.execute(id, args).catch(error => {
+    Notification.error(`Neuron Studio: ${(error as Error)?.message ?? String(error)}`, { autoClose: 8000 });
+  });
+}
+
+/** Actions the views trigger: all go through commands so they are scriptable and testable. */
 function viewActions(app: JupyterFrontEnd): IProfileViewActions {
   return {
     openKernel: (kernel: IKernelRef) =>
-      void app.commands.execute(CommandIDs.openKernel, { file: kernel.file, line: kernel.line }),
-    openProfiler: (runId: number | null) =>
-      void app.commands.execute(CommandIDs.openProfiler, runId === null ? {} : { runId })
+      run(app, CommandIDs.openKernel, { file: kernel.file ?? '', line: kernel.line ?? 1 }),
+    openProfiler: (runId: number | null) => run(app, CommandIDs.openProfiler, runId === null ? {} : { runId }),
+    openSource: (source: string, origin: HTMLElement | null, notebookPath?: string | null, cellSource?: string | null) => {
+      const panelId = origin?.closest('.jp-NotebookPanel')?.id;
+      // the cell holding the clicked output, by its DOM id (lumino widgets have one)
+      const cellNode = origin?.closest('.jp-Cell');
+      if (cellNode && !cellNode.id) {
+        cellNode.id = `ns-cell-${Math.random().toString(36).slice(2)}`;
+      }
+      const cellId = cellNode?.id;
+      run(app, CommandIDs.openSource, {
+        source,
+        ...(panelId ? { panelId } : {}),
+        ...(cellId ? { cellId } : {}),
+        ...(notebookPath ? { path: notebookPath } : {}),
+        ...(cellSource ? { cellSource } : {})
+      });
+    }
   };
 }
 
@@ -133,6 +156,57 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    app.commands.addCommand(CommandIDs.openSource, {
+      label: 'Go to Op Source',
+      caption: 'Jump to the notebook cell line (cell-<In>:<line>) or open the file at the line',
+      describedBy: {
+        args: {
+          type: 'object',
+          properties: {
+            source: { type: 'string' },
+            panelId: { type: 'string' },
+            cellId: { type: 'string' },
+            path: { type: 'string' },
+            cellSource: { type: 'string' }
+          },
+          required: ['source']
+        }
+      },
+      execute: async args => {
+        const source = String(args.source ?? '');
+        const parsed = parseSource(source);
+        if (!parsed) {
+          throw new Error(`not a source location: ${source}`);
+        }
+        if (parsed.kind === 'file') {
+          return app.commands.execute(CommandIDs.openKernel, { file: parsed.file, line: parsed.line });
+        }
+        if (!notebooks) {
+          throw new Error('no notebook tracker');
+        }
+        // the notebook holding the clicked output, else the run's notebook, else the current one
+        const byId = typeof args.panelId === 'string' ? notebooks.find(p => p.id === args.panelId) : undefined;
+        const byPath =
+          typeof args.path === 'string' ? notebooks.find(p => p.context.path === args.path) : undefined;
+        const candidates = [byId, byPath, notebooks.currentWidget].filter(
+          (p): p is NotebookPanel => !!p && !p.isDisposed
+        );
+        const ownNode = typeof args.cellId === 'string' && args.cellId ? document.getElementById(args.cellId) : null;
+        const cellSource = typeof args.cellSource === 'string' ? args.cellSource : null;
+        for (const panel of candidates) {
+          const cell = resolveSourceCell(panel, parsed.count, { node: ownNode, cellSource });
+          if (cell) {
+            app.shell.activateById(panel.id);
+            await revealCellLine(panel, cell, parsed.line, source);
+            return cell;
+          }
+        }
+        throw new Error(
+          `In [${parsed.count}] is not in ${candidates[0]?.context.path ?? 'an open notebook'} (re-run the notebook?)`
+        );
+      }
+    });
+
     app.commands.addCommand(CommandIDs.openProfiler, {
       label: 'Neuron Profiler',
       caption: 'Runs, timelines and op tables of this notebook’s Neuron Studio store',
@@ -174,11 +248,56 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
 
 const statusBarPlugin: JupyterFrontEndPlugin<void> = {
   id: `${PLUGIN_PREFIX}:status-bar`,
-  description: 'Shows backend · chip · mode of the last Neuron Studio profile.',
+  description: 'Shows backend · chip · mode of the active notebook\'s latest Neuron Studio profile.',
   autoStart: true,
   requires: [INeuronStatusModel],
-  optional: [IStatusBar],
-  activate: (app: JupyterFrontEnd, model: INeuronStatusModel, statusBar: IStatusBar | null) => {
+  optional: [IStatusBar, INotebookTracker],
+  activate: (
+    app: JupyterFrontEnd,
+    model: INeuronStatusModel,
+    statusBar: IStatusBar | null,
+    notebooks: INotebookTracker | null
+  ) => {
+    if (notebooks) {
+      // the active notebook's latest profile output: rescanned when the active notebook changes,
+      // when its cells or outputs change, and when a profile is rendered
+      let watched: NotebookPanel | null = null;
+      let pending = 0;
+      const scan = () => {
+        pending = 0;
+        const panel = notebooks.currentWidget;
+        if (!panel || panel.isDisposed || !panel.model) {
+          model.setNotebook(undefined, null);
+          return;
+        }
+        model.setNotebook(panel.context.path, latestProfile(panel));
+      };
+      const schedule = () => {
+        if (!pending) {
+          pending = window.setTimeout(scan, 0);
+        }
+      };
+      const watch = (panel: NotebookPanel | null) => {
+        if (watched?.model) {
+          watched.model.contentChanged.disconnect(schedule);
+        }
+        watched?.sessionContext.statusChanged.disconnect(schedule);
+        watched = panel;
+        if (panel) {
+          void panel.context.ready.then(() => {
+            if (watched === panel && panel.model) {
+              panel.model.contentChanged.connect(schedule);
+              schedule();
+            }
+          });
+          panel.sessionContext.statusChanged.connect(schedule);
+        }
+        schedule();
+      };
+      notebooks.currentChanged.connect((_, panel) => watch(panel));
+      model.rendered.connect(schedule);
+      watch(notebooks.currentWidget);
+    }
     if (!statusBar) {
       return;
     }

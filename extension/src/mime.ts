@@ -12,7 +12,9 @@ import {
   INeuronStatusModel,
   IOpRow,
   IProfilePayload,
-  PROFILE_MIME
+  ISyncPoint,
+  PROFILE_MIME,
+  SourceRef
 } from './tokens';
 
 // ---- small DOM and formatting helpers (shared with the panel) ----------------------------------
@@ -76,6 +78,14 @@ export function fmtUsd(x: number | null | undefined): string {
   return isNum(x) ? `$${x.toFixed(x < 1 ? 4 : 2)}` : '—';
 }
 
+/** A count that may be a per-step average (1 decimal when fractional). */
+export function fmtCount(x: number | null | undefined): string {
+  if (!isNum(x)) {
+    return '—';
+  }
+  return Number.isInteger(x) ? x.toLocaleString() : x.toFixed(1);
+}
+
 export function fmtSignedPct(x: number | null | undefined): string {
   return isNum(x) ? `${x > 0 ? '+' : ''}${x.toFixed(1)}%` : '—';
 }
@@ -122,22 +132,102 @@ export interface IProfileViewActions {
   openKernel?: (kernel: IKernelRef) => void;
   /** Open the Neuron Profiler panel on this run. */
   openProfiler?: (runId: number | null) => void;
+  /**
+   * Jump to an op's source (the `neuron-studio:open-source` command): `origin` is the clicked element
+   * (its notebook panel holds the cell), `notebookPath` the notebook when the view is not in one.
+   */
+  openSource?: (
+    source: string,
+    origin: HTMLElement | null,
+    notebookPath?: string | null,
+    cellSource?: string | null
+  ) => void;
+}
+
+/** A parsed op source: a notebook cell by execution count, or a file; both with a 1-based line. */
+export type ParsedSource =
+  | { kind: 'cell'; count: number; line: number }
+  | { kind: 'file'; file: string; line: number };
+
+const CELL_SOURCE = /^cell-(\d+):(\d+)$/;
+const FILE_SOURCE = /^([^<>\n]+?):(\d+)$/;
+
+export function parseSource(source: SourceRef | undefined): ParsedSource | null {
+  if (typeof source !== 'string' || !source) {
+    return null;
+  }
+  const cell = CELL_SOURCE.exec(source);
+  if (cell) {
+    return { kind: 'cell', count: Number(cell[1]), line: Math.max(1, Number(cell[2])) };
+  }
+  const file = FILE_SOURCE.exec(source);
+  if (file && !file[1].startsWith('cell-')) {
+    return { kind: 'file', file: file[1], line: Math.max(1, Number(file[2])) };
+  }
+  return null;
+}
+
+/** A short label: `cell [N] line L` or `file.py:L`; anything unparsed verbatim. */
+export function sourceLabel(source: SourceRef | undefined): string {
+  const parsed = parseSource(source);
+  if (!parsed) {
+    return String(source ?? '');
+  }
+  if (parsed.kind === 'cell') {
+    return `cell [${parsed.count}] line ${parsed.line}`;
+  }
+  return `${parsed.file.split(/[\\/]/).pop()}:${parsed.line}`;
+}
+
+/** The source of an op as a link that jumps to the cell line or opens the file at the line. */
+export function sourceLink(source: SourceRef | undefined, actions: IProfileViewActions): HTMLElement | string {
+  const parsed = parseSource(source);
+  if (!parsed || !actions.openSource) {
+    return source ? el('span', { class: 'ns-Source', text: String(source) }) : '—';
+  }
+  const link = el('a', {
+    class: `ns-SourceLink ns-SourceLink-${parsed.kind}`,
+    text: sourceLabel(source),
+    title: parsed.kind === 'cell' ? `In [${parsed.count}], line ${parsed.line} (${source})` : String(source),
+    attrs: { href: '#', 'data-source': String(source) }
+  });
+  link.addEventListener('click', event => {
+    event.preventDefault();
+    event.stopPropagation();
+    actions.openSource?.(String(source), link);
+  });
+  return link;
 }
 
 export function kernelLink(kernel: IKernelRef, actions: IProfileViewActions): HTMLElement {
-  const label = `${kernel.name} (${kernel.kind})`;
+  const where = kernel.file ? `${kernel.file}${isNum(kernel.line) ? `:${kernel.line}` : ''}` : 'no source file';
+  const label = `${kernel.name ?? String(kernel.file ?? 'kernel').split(/[\\/]/).pop()} (${kernel.kind ?? 'kernel'})`;
+  const saving = isNum(kernel.saving_ns) && kernel.saving_ns > 0 ? `saves ~${fmtNs(kernel.saving_ns)}` : '';
+  const title = [where, saving, kernel.scope ? `replaces: ${kernel.scope}` : ''].filter(Boolean).join(' · ');
+  if (!kernel.file) {
+    return el('span', { class: 'ns-KernelRef', text: label, title });
+  }
   const link = el('a', {
     class: 'ns-KernelLink',
     text: label,
-    title: `${kernel.file}:${kernel.line}`,
-    attrs: { href: '#', 'data-file': String(kernel.file), 'data-line': String(kernel.line) }
+    title,
+    attrs: {
+      href: '#',
+      'data-file': String(kernel.file),
+      'data-line': String(isNum(kernel.line) ? kernel.line : 1)
+    }
   });
   link.addEventListener('click', event => {
     event.preventDefault();
     event.stopPropagation();
     actions.openKernel?.(kernel);
   });
-  return link;
+  return el(
+    'span',
+    { class: 'ns-KernelCell' },
+    link,
+    saving ? el('span', { class: 'ns-KernelSaving', text: ` ${saving}` }) : null
+  );
 }
 
 export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
@@ -146,7 +236,7 @@ export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTa
     ops.map(op => [
       el('span', { text: String(op.op), title: op.why ? String(op.why) : '' }),
       String(op.module ?? ''),
-      String(op.source ?? ''),
+      sourceLink(op.source, actions),
       fmtNs(op.device_ns),
       fmtPct(op.share),
       el('span', { class: `ns-Bound ns-Bound-${String(op.bound)}`, text: String(op.bound ?? '') }),
@@ -154,6 +244,21 @@ export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTa
     ]),
     'ns-HotOps'
   );
+}
+
+/** Sync points grouped by (op, reason, source): the summary lists one per step. */
+export function groupSyncPoints(points: ISyncPoint[]): (ISyncPoint & { n: number })[] {
+  const groups = new Map<string, ISyncPoint & { n: number }>();
+  for (const s of points) {
+    const key = JSON.stringify([s.op, s.reason, s.source ?? null, s.module ?? '']);
+    const g = groups.get(key);
+    if (g) {
+      g.n += 1;
+    } else {
+      groups.set(key, { ...s, n: 1 });
+    }
+  }
+  return [...groups.values()];
 }
 
 export function opTable(rows: IOpRow[]): HTMLTableElement {
@@ -218,14 +323,15 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     'div',
     { class: 'ns-Metrics' },
     metric(
-      'step time',
+      p.modeled ? 'step time (modeled)' : 'step time',
       fmtNs(p.step_time_ns),
       compare ? `${fmtSignedPct(compare.step_time_delta_pct)} vs run #${compare.run_id}` : undefined
     ),
     metric('MFU', fmtPct(p.mfu)),
     metric('MBU', fmtPct(p.mbu)),
     isNum(p.host_time_ns) ? metric('host time', fmtNs(p.host_time_ns)) : null,
-    isNum(p.launches) ? metric('launches', String(p.launches)) : null
+    isNum(p.launches) ? metric('launches/step', fmtCount(p.launches)) : null,
+    isNum(p.steps) ? metric('steps', String(p.steps)) : null
   );
   const engines = el('div', { class: 'ns-Engines' }, el('h4', { text: 'Engine utilization' }));
   const byName = new Map((p.engines ?? []).map(e => [e.engine, e]));
@@ -240,7 +346,7 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     ? el(
         'div',
         { class: 'ns-Cost' },
-        el('h4', { text: 'Cost per 1,000 steps (modeled)' }),
+        el('h4', { text: `Cost per 1,000 steps${p.cost.modeled === false ? '' : ' (modeled)'}` }),
         el('div', {
           text: `${p.cost.chip}: ${fmtUsd(p.cost.per_1000_steps_usd)} at ${fmtUsd(p.cost.price_per_hour_usd)}/h`
         }),
@@ -269,7 +375,7 @@ function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
   );
 }
 
-function fallbacksSection(p: IProfilePayload): HTMLElement {
+function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTMLElement {
   const parts: Child[] = [];
   if (p.fallbacks?.length) {
     parts.push(
@@ -284,8 +390,15 @@ function fallbacksSection(p: IProfilePayload): HTMLElement {
     parts.push(
       el('h4', { text: 'Sync points' }),
       table(
-        ['Op', 'Reason', 'Source'],
-        p.sync_points.map(s => [String(s.op), String(s.reason), String(s.source)])
+        ['Op', 'Reason', 'Source', 'Module', 'Count'],
+        groupSyncPoints(p.sync_points).map(s => [
+          String(s.op),
+          String(s.reason),
+          sourceLink(s.source, actions),
+          String(s.module ?? ''),
+          String(s.n)
+        ]),
+        'ns-SyncPoints'
       )
     );
   }
@@ -299,6 +412,79 @@ function fallbacksSection(p: IProfilePayload): HTMLElement {
     );
   }
   return el('div', {}, ...parts);
+}
+
+function diffSection(p: IProfilePayload): HTMLElement {
+  const c = p.compare!;
+  const head = `vs run #${c.run_id}${c.name ? ` ${c.name}` : ''}: step time ${fmtNs(c.step_time_before_ns)} → ${fmtNs(
+    c.step_time_after_ns
+  )} (${fmtSignedPct(c.step_time_delta_pct)})`;
+  return el(
+    'div',
+    { class: 'ns-Diff' },
+    el('div', { text: head }),
+    table(
+      ['Op', 'Before', 'After', 'Δ', ''],
+      (c.ops ?? []).map(o => [
+        String(o.op),
+        fmtNs(o.before_ns),
+        fmtNs(o.after_ns),
+        `${o.delta_ns > 0 ? '+' : ''}${fmtNs(o.delta_ns)}`,
+        String(o.status ?? '')
+      ]),
+      'ns-DiffOps'
+    )
+  );
+}
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+
+/** The summary's binned engine utilization as heat strips (no server round trip). */
+export function summaryTimelineSvg(tl: NonNullable<IProfilePayload['timeline']>): SVGSVGElement | null {
+  const starts = Array.isArray(tl.start_ns) ? tl.start_ns : [];
+  const names = [...ENGINES, ...Object.keys(tl).filter(k => k !== 'start_ns' && k !== 'end_ns' && !(ENGINES as readonly string[]).includes(k))]
+    .filter(e => Array.isArray(tl[e]));
+  if (!starts.length || !names.length) {
+    return null;
+  }
+  const rowH = 16;
+  const labelW = 60;
+  const width = 720;
+  const binW = (width - labelW) / starts.length;
+  const height = names.length * rowH + 16;
+  const mk = (tag: string, attrs: Record<string, string | number>) => {
+    const n = document.createElementNS(SVG_NS, tag);
+    Object.entries(attrs).forEach(([k, v]) => n.setAttribute(k, String(v)));
+    return n;
+  };
+  const root = mk('svg', { class: 'ns-Timeline ns-SummaryTimeline', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img' }) as SVGSVGElement;
+  names.forEach((name, row) => {
+    const label = mk('text', { x: 0, y: row * rowH + 12, class: 'ns-Timeline-label' });
+    label.textContent = name;
+    root.appendChild(label);
+    tl[name].forEach((u, i) => {
+      if (!isNum(u) || u <= 0) {
+        return;
+      }
+      const rect = mk('rect', {
+        x: labelW + i * binW,
+        y: row * rowH + 2,
+        width: Math.max(binW, 0.5),
+        height: rowH - 4,
+        class: `ns-Timeline-bin ns-Engine-${name}`,
+        'fill-opacity': Math.max(0.08, Math.min(1, u)).toFixed(3)
+      });
+      const tip = mk('title', {});
+      tip.textContent = `${name}: ${fmtPct(u)} at ${fmtNs((starts[i] ?? 0) - starts[0])}`;
+      rect.appendChild(tip);
+      root.appendChild(rect);
+    });
+  });
+  const ends = Array.isArray(tl.end_ns) ? tl.end_ns : [];
+  const axis = mk('text', { x: labelW, y: names.length * rowH + 13, class: 'ns-Timeline-axis' });
+  axis.textContent = `0 … ${fmtNs((ends[ends.length - 1] ?? starts[starts.length - 1]) - starts[0])}`;
+  root.appendChild(axis);
+  return root;
 }
 
 /** Tabs: a bar of buttons and one visible page. */
@@ -338,7 +524,14 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     pages.push(['Op table', opTable(p.op_table)]);
   }
   if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
-    pages.push(['Fallbacks & syncs', fallbacksSection(p)]);
+    pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);
+  }
+  const timeline = p.timeline ? summaryTimelineSvg(p.timeline) : null;
+  if (timeline) {
+    pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
+  }
+  if (p.compare?.ops?.length) {
+    pages.push(['Diff', diffSection(p)]);
   }
   const open = el('button', {
     class: 'ns-OpenProfiler jp-mod-styled',

@@ -4,7 +4,18 @@
  */
 import { Widget } from '@lumino/widgets';
 
-import { bar, el, fmtNs, fmtPct, fmtSignedPct, hotOpsTable, IProfileViewActions, renderProfile, table } from './mime';
+import {
+  bar,
+  el,
+  fmtNs,
+  fmtPct,
+  fmtSignedPct,
+  hotOpsTable,
+  IProfileViewActions,
+  renderProfile,
+  sourceLabel,
+  table
+} from './mime';
 import { requestAPI } from './request';
 import {
   ENGINES,
@@ -83,7 +94,7 @@ function opsPageTable(rows: IDeviceOp[]): HTMLTableElement {
       fmtNs(r.end_ns - r.start_ns),
       String(r.bound ?? ''),
       String(r.module ?? ''),
-      String(r.source ?? '')
+      sourceLabel(r.source)
     ]),
     'ns-OpsPage'
   );
@@ -130,6 +141,15 @@ export class ProfilerPanel extends Widget {
     return this._path;
   }
 
+  /** The view actions, with op sources resolved in this panel's notebook. */
+  private get _actions(): IProfileViewActions {
+    const actions = this._opts.actions;
+    return {
+      ...actions,
+      openSource: (source, origin) => actions.openSource?.(source, origin, this._path, this._cellSource)
+    };
+  }
+
   /** Reload the runs of the current notebook's store. */
   async refresh(): Promise<void> {
     this._path = this._opts.getNotebookPath() ?? this._path;
@@ -163,6 +183,7 @@ export class ProfilerPanel extends Widget {
         return;
       }
       const run = detail.run;
+      this._cellSource = run.cell_source ?? null;
       const timeline = el('div', { class: 'ns-TimelineBox' });
       const opsBox = el('div', { class: 'ns-OpsBox' });
       const parts: (HTMLElement | null)[] = [
@@ -178,13 +199,16 @@ export class ProfilerPanel extends Widget {
         el('pre', { class: 'ns-CellSource', text: run.cell_source })
       ];
       if (run.summary) {
-        parts.push(renderProfile(run.summary, this._opts.actions));
+        parts.push(renderProfile(run.summary, this._actions));
       } else {
         parts.push(el('div', { text: 'This run has no summary.' }));
       }
       parts.push(el('h4', { text: 'Timeline (engine utilization)' }), timeline, el('h4', { text: 'Device ops' }), opsBox);
       if (run.summary?.hot_ops?.length) {
-        parts.push(el('h4', { text: 'Hot path' }), hotOpsTable(run.summary.hot_ops, this._opts.actions));
+        parts.push(
+          el('h4', { text: 'Hot path' }),
+          el('div', { class: 'ns-PanelHotPath' }, hotOpsTable(run.summary.hot_ops, this._actions))
+        );
       }
       this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
       if (detail.tables.includes('device_ops')) {
@@ -331,6 +355,7 @@ export class ProfilerPanel extends Widget {
   }
 
   private _path: string | null = null;
+  private _cellSource: string | null = null;
   private _runs: IRunRow[] = [];
   private _selected = new Set<number>();
   private _current: number | null = null;

@@ -1,4 +1,4 @@
-/** Status-bar item: backend · chip · mode of the last Neuron Studio profile rendered. */
+/** Status-bar item: backend · chip · mode of the active notebook's latest Neuron Studio profile. */
 import { Widget } from '@lumino/widgets';
 
 import { INeuronStatusModel, IProfilePayload } from './tokens';
@@ -14,7 +14,6 @@ export class NeuronStatusItem extends Widget {
   constructor(private _model: INeuronStatusModel) {
     super();
     this.addClass('ns-StatusItem');
-    this.node.title = 'Neuron Studio: backend · chip · mode of the last profile';
     this._model.changed.connect(this._update, this);
     this._update();
   }
@@ -25,6 +24,17 @@ export class NeuronStatusItem extends Widget {
   }
 
   private _update(): void {
-    this.node.textContent = statusText(this._model.current);
+    const p = this._model.current;
+    this.node.textContent = statusText(p);
+    const where = this._model.notebookPath;
+    this.node.title =
+      'Neuron Studio: backend · chip · mode of ' +
+      (where === undefined ? 'the last profile' : `the latest profile in ${where}`) +
+      (p?.run_id !== null && p?.run_id !== undefined ? ` (run #${p.run_id})` : '');
+    if (p?.run_id !== null && p?.run_id !== undefined) {
+      this.node.dataset.runId = String(p.run_id);
+    } else {
+      delete this.node.dataset.runId;
+    }
   }
 }

@@ -10,6 +10,7 @@ export const PROFILE_MIME = 'application/vnd.neuron-studio.profile+json';
 export namespace CommandIDs {
   export const openKernel = 'neuron-studio:open-kernel';
   export const openProfiler = 'neuron-studio:open-profiler';
+  export const openSource = 'neuron-studio:open-source';
 }
 
 export type Engine = 'tensor' | 'vector' | 'scalar' | 'gpsimd' | 'dma';
@@ -21,23 +22,40 @@ export interface IEngineUtilization {
   busy_ns: number;
 }
 
+/**
+ * An NKI kernel matched to a hot op (profiler/summary.py). Any field may be null: kernels the
+ * registry knows only by pattern have no name, `runs_as` kernels of torch-neuronx have no line.
+ */
 export interface IKernelRef {
-  name: string;
-  /** `runs`: the kernel executes this op; `candidate`: it could replace it. */
-  kind: string;
-  file: string;
-  line: number;
+  name: string | null;
+  /** `runs_as`/`runs`: the kernel executes this op; `candidate`: it could replace it. */
+  kind: string | null;
+  /** Absolute path (or a path relative to the server root). */
+  file: string | null;
+  line: number | null;
+  /** Modeled saving per profile if the op used this kernel. */
   saving_ns?: number | null;
+  /** `op` or `module <path>`: what the kernel would replace. */
+  scope?: string | null;
 }
+
+/**
+ * Where an op was called: `cell-<In number>:<line>` (a notebook cell by its execution count; in a
+ * `%%neuron` cell the line counts the body, after the magic line) or `<path>:<line>`.
+ */
+export type SourceRef = string | null;
 
 export interface IHotOp {
   op: string;
   module: string;
-  source: string;
+  source: SourceRef;
+  /** Per step. */
   device_ns: number;
-  share: number;
+  share: number | null;
   bound: string;
   why?: string;
+  engine?: string;
+  count?: number;
   kernel: IKernelRef | null;
 }
 
@@ -57,13 +75,14 @@ export interface IFallback {
   op: string;
   count: number;
   reason: string;
-  time_ns: number;
+  time_ns: number | null;
 }
 
 export interface ISyncPoint {
   op: string;
   reason: string;
-  source: string;
+  source: SourceRef;
+  module?: string;
 }
 
 export interface IRecompile {
@@ -74,10 +93,31 @@ export interface IRecompile {
 
 export interface ICost {
   chip: string;
-  per_1000_steps_usd: number;
-  h100_per_1000_steps_usd: number;
-  price_per_hour_usd: number;
-  h100_price_per_hour_usd: number;
+  per_step_usd?: number | null;
+  per_1000_steps_usd: number | null;
+  h100_per_1000_steps_usd: number | null;
+  price_per_hour_usd: number | null;
+  h100_price_per_hour_usd: number | null;
+  h100_step_time_ns?: number | null;
+  modeled?: boolean;
+}
+
+/** The runner's diff against an earlier run of the same cell (or `--compare RUN`). */
+export interface ICompare {
+  run_id: number;
+  name?: string | null;
+  step_time_before_ns?: number | null;
+  step_time_after_ns?: number | null;
+  step_time_delta_pct: number | null;
+  mfu_before?: number | null;
+  ops?: { op: string; before_ns: number; after_ns: number; delta_ns: number; status: string }[];
+}
+
+/** Per-engine utilization over the step, in bins (`start_ns[i]`..`end_ns[i]`). */
+export interface ISummaryTimeline {
+  start_ns: number[];
+  end_ns: number[];
+  [engine: string]: number[];
 }
 
 /** The payload of `application/vnd.neuron-studio.profile+json` (version 1). */
@@ -96,8 +136,11 @@ export interface IProfilePayload {
   host_time_ns?: number | null;
   mfu: number | null;
   mbu: number | null;
-  launches?: number;
+  /** Launches per step (a float: adaptive mode fuses). */
+  launches?: number | null;
   steps?: number;
+  ops_per_step?: number | null;
+  timeline?: ISummaryTimeline | null;
   engines?: IEngineUtilization[];
   hot_ops?: IHotOp[];
   op_table?: IOpRow[];
@@ -106,7 +149,7 @@ export interface IProfilePayload {
   sync_points?: ISyncPoint[];
   recompiles?: IRecompile[];
   cost?: ICost | null;
-  compare?: { run_id: number; step_time_delta_pct: number } | null;
+  compare?: ICompare | null;
   warnings?: string[];
 }
 
@@ -184,29 +227,67 @@ export interface IKernelSourceResponse {
   source?: string;
 }
 
-/** Backend · chip · mode of the last profile rendered; the status bar shows it. */
+/**
+ * Backend · chip · mode for the status bar: the latest profile output of the active notebook when a
+ * notebook is tracked, else the last profile rendered anywhere.
+ */
 export interface INeuronStatusModel {
+  /** What the status bar shows. */
   readonly current: IProfilePayload | null;
+  /** The last profile rendered anywhere. */
+  readonly last: IProfilePayload | null;
+  /** Emits when `current` may have changed. */
   readonly changed: ISignal<INeuronStatusModel, IProfilePayload | null>;
+  /** Emits each payload the renderer draws (a notebook output changed). */
+  readonly rendered: ISignal<INeuronStatusModel, IProfilePayload>;
+  /** The renderer drew a payload. */
   update(payload: IProfilePayload): void;
+  /**
+   * The active notebook and its latest profile output (`null`: it has none); `undefined` when no
+   * notebook is active (the last profile seen is shown).
+   */
+  setNotebook(path: string | undefined, payload: IProfilePayload | null): void;
+  /** The notebook whose profile is shown, if any. */
+  readonly notebookPath: string | undefined;
 }
 
 export class NeuronStatusModel implements INeuronStatusModel {
   get current(): IProfilePayload | null {
-    return this._current;
+    return this._notebookPath === undefined ? this._last : this._notebook;
+  }
+  get last(): IProfilePayload | null {
+    return this._last;
+  }
+  get notebookPath(): string | undefined {
+    return this._notebookPath;
   }
   get changed(): ISignal<INeuronStatusModel, IProfilePayload | null> {
     return this._changed;
   }
-  update(payload: IProfilePayload): void {
-    this._current = payload;
-    this._changed.emit(payload);
+  get rendered(): ISignal<INeuronStatusModel, IProfilePayload> {
+    return this._rendered;
   }
-  private _current: IProfilePayload | null = null;
+  update(payload: IProfilePayload): void {
+    this._last = payload;
+    this._rendered.emit(payload);
+    this._changed.emit(this.current);
+  }
+  setNotebook(path: string | undefined, payload: IProfilePayload | null): void {
+    if (path === this._notebookPath && payload === this._notebook) {
+      return;
+    }
+    this._notebookPath = path;
+    this._notebook = path === undefined ? null : payload;
+    this._changed.emit(this.current);
+  }
+  private _last: IProfilePayload | null = null;
+  private _notebook: IProfilePayload | null = null;
+  private _notebookPath: string | undefined = undefined;
   private _changed = new Signal<INeuronStatusModel, IProfilePayload | null>(this);
+  private _rendered = new Signal<INeuronStatusModel, IProfilePayload>(this);
 }
 
 export const INeuronStatusModel = new Token<INeuronStatusModel>(
   'neuron-studio-lab:INeuronStatusModel',
-  'The backend, chip and mode of the last Neuron Studio profile rendered.'
+  'Backend, chip and mode of the active notebook\'s latest Neuron Studio profile.'
 );

@@ -1,44 +1,34 @@
 """The extension in a real JupyterLab and Chromium (Python playwright, system /usr/bin/chromium).
 
 Run: `pytest extension/ui-tests -q` (needs `pip install playwright` and `apt-get install chromium`;
-never `playwright install`). Screenshots go to `test-artifacts/`.
+never `playwright install`). Screenshots go to `test-artifacts/`. This module needs no kernel: the
+notebook's saved output holds the fixture payload (tests/fixtures/profile.json, from a real profile);
+test_live.py runs a kernel.
 """
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import socket
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-playwright_sync = pytest.importorskip("playwright.sync_api")
-CHROMIUM = os.environ.get("NEURON_STUDIO_CHROMIUM", "/usr/bin/chromium")
+pytest.importorskip("playwright.sync_api")
+from conftest import (  # noqa: E402
+    ARTIFACTS, CHROMIUM, FIXTURES, HERE, REPO, TOKEN, cursor, fmt_ns, fmt_pct, fmt_signed, fmt_usd, lab_server,
+)
+
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
 
-HERE = Path(__file__).resolve().parent
-FIXTURE = HERE.parent / "tests" / "fixtures" / "profile.json"
-ARTIFACTS = Path(os.environ.get("NEURON_STUDIO_ARTIFACTS", HERE.parents[1] / "test-artifacts"))
-TOKEN = "neuron-ui-test"
-HOSTILE = "<script>alert(1)</script>"
-LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--no-first-run", "--disable-sync"]
+FIXTURE = FIXTURES / "profile.json"
+sys.path.insert(0, str(FIXTURES))
+from make_profile import CELL_BODY, CELL_MAGIC, HOSTILE  # noqa: E402
 
 sys.path.insert(0, str(HERE.parent))
 from neuron_studio_lab import core  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _seed(root: Path) -> dict:
@@ -46,13 +36,13 @@ def _seed(root: Path) -> dict:
     a device trace for the second, and the kernel file the hot op links to."""
     import pyarrow as pa
 
-    payload = json.loads(FIXTURE.read_text())
-    (root / "kernels").mkdir()
-    (root / "kernels" / "matmul.py").write_text(
-        "".join(f"# matmul kernel line {i}\n" for i in range(1, 41))
-    )
+    # the fixture's /REPO paths (sources, kernel files) point into this server root, holding copies
+    payload = json.loads(FIXTURE.read_text().replace('"/REPO/', json.dumps(str(root) + "/")[:-1]))
+    for rel in ["kernels/matmul.py", "tests/models/blocks.py"]:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, root / rel)
     store = core.run_store_module().RunStore(root / ".neuron_studio")
-    src = "%%neuron --name train-step\nloss = step()"
+    src = f"{CELL_MAGIC}\n{CELL_BODY}"
     first = store.begin_run(cell_source=src, options={}, name="warmup", notebook="02.ipynb",
                             mode="eager", chip="trn2", backend="emulated")
     earlier = dict(payload, run_id=first, name="warmup", mode="eager", step_time_ns=1_500_000, mfu=0.25)
@@ -77,7 +67,7 @@ def _seed(root: Path) -> dict:
         "bytes_written": pa.array([64] * n, pa.int64()),
         "bound": ["compute"] * n,
         "module": ["block.attn.q_proj"] * n,
-        "source": ["cell:1"] * n,
+        "source": ["cell-1:2"] * n,
     }))
     notebook = {
         "cells": [{
@@ -95,6 +85,9 @@ def _seed(root: Path) -> dict:
         "nbformat": 4, "nbformat_minor": 5,
     }
     (root / "02.ipynb").write_text(json.dumps(notebook))
+    empty = dict(notebook, cells=[{"cell_type": "code", "execution_count": None, "id": "e1", "metadata": {},
+                                   "source": "x = 1", "outputs": []}])
+    (root / "empty.ipynb").write_text(json.dumps(empty))
     return {"first": first, "second": second, "payload": payload}
 
 
@@ -102,73 +95,34 @@ def _seed(root: Path) -> dict:
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("lab-root")
     seeded = _seed(root)
-    home = tmp_path_factory.mktemp("home")
-    port = _free_port()
-    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
-               JUPYTER_RUNTIME_DIR=str(home / "runtime"))
-    labconfig = home / ".jupyter" / "labconfig"
-    labconfig.mkdir(parents=True)
-    (labconfig / "page_config.json").write_text(json.dumps(
-        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))  # no news toast
-    jupyter = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
-    log = open(root.parent / f"lab-{port}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [jupyter, "lab", "--no-browser", "--allow-root", "--ip", "127.0.0.1", f"--port={port}",
-         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
-         "--LabApp.expose_app_in_browser=True"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
-            break
-        except OSError:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.terminate()
-                raise RuntimeError(f"JupyterLab did not start; see {log.name}") from None
-            time.sleep(0.3)
-    try:
+    with lab_server(root, tmp_path_factory.mktemp("home")) as base:
         yield {"base": base, "root": root, **seeded}
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
-@pytest.fixture(scope="module")
-def page(lab: dict):  # noqa: ANN201
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with playwright_sync.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = context.new_page()
-        errors: list[str] = []
-        page.on("pageerror", lambda exc: errors.append(str(exc)))
-        page.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))  # an alert() would be XSS
-        page.errors = errors  # type: ignore[attr-defined]
-        yield page
-        browser.close()
+def _status(page) -> str:  # noqa: ANN001
+    return page.locator(".ns-StatusItem").inner_text()
 
 
 def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN001
+    p = lab["payload"]
     page.goto(f"{lab['base']}/lab/workspaces/ns-ui/tree/02.ipynb?reset&token={TOKEN}")
     profile = page.locator(".jp-OutputArea-output .ns-Profile")
     profile.wait_for(timeout=30_000)
 
-    # -- the MIME renderer, from the saved output (no kernel needed) --
+    # -- the MIME renderer, from the saved output of a real payload (no kernel needed) --
     text = profile.inner_text()
+    cost = p["cost"]
     for expected in ["train-step", f"run #{lab['second']}", "mode: adaptive", "chip: trn2",
-                     "backend: emulated", "modeled", "1.235 ms", "31.0%", "12.0%", "-12.5% vs run #6",
-                     "2 CPU fallbacks", "1 sync points", "0 recompiles", "Cost per 1,000 steps (modeled)",
-                     "trn2: $1.20", "H100: $2.30", "Open in Neuron Profiler"]:
+                     "backend: emulated", "modeled", "step time (modeled)", fmt_ns(p["step_time_ns"]),
+                     fmt_pct(p["mfu"]), fmt_pct(p["mbu"]),
+                     f"{fmt_signed(p['compare']['step_time_delta_pct'])} vs run #{p['compare']['run_id']}",
+                     f"{p['badges']['fallbacks']} CPU fallbacks", f"{p['badges']['sync_points']} sync points",
+                     "0 recompiles", "Cost per 1,000 steps (modeled)",
+                     f"trn2: {fmt_usd(cost['per_1000_steps_usd'])}", f"H100: {fmt_usd(cost['h100_per_1000_steps_usd'])}",
+                     "launches/step", "Open in Neuron Profiler"]:
         assert expected in text, expected
     tabs = profile.locator(".ns-Tab").all_inner_texts()
-    assert tabs == ["Summary", "Hot path", "Op table", "Fallbacks & syncs"]
+    assert tabs == ["Summary", "Hot path", "Op table", "Fallbacks & syncs", "Timeline", "Diff"]
     assert page.locator(".jp-OutputArea-output", has_text="HTML fallback").count() == 0  # rank 0 wins
     page.screenshot(path=str(ARTIFACTS / "01-renderer-summary.png"))
 
@@ -176,15 +130,40 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
     hot = profile.locator(".ns-TabPage[data-tab='Hot path']")
     assert HOSTILE in hot.inner_text()  # shown as text ...
     assert profile.locator("script").count() == 0  # ... never as markup
+    assert hot.locator(".ns-SourceLink[data-source='cell-1:4']").count() == 1
+    style = hot.locator(".ns-SourceLink").first.evaluate(
+        "n => [getComputedStyle(n).textDecorationLine, getComputedStyle(n).cursor]")
+    assert style == ["underline", "pointer"]  # looks like a link (JupyterLab's `a` reset is overridden)
+    assert "cell [1] line 4" in hot.inner_text() and "blocks.py:41" in hot.inner_text()
     profile.locator(".ns-Tab", has_text="Op table").click()
-    assert "aten::softmax" in profile.locator(".ns-OpTable").inner_text()
+    assert "aten::mm" in profile.locator(".ns-OpTable").inner_text()
+    profile.locator(".ns-Tab", has_text="Timeline").click()
+    assert profile.locator(".ns-SummaryTimeline rect").count() > 0
+    profile.locator(".ns-Tab", has_text="Diff").click()
+    assert f"vs run #{p['compare']['run_id']} warmup" in profile.inner_text()
     profile.locator(".ns-Tab", has_text="Fallbacks & syncs").click()
-    assert "aten::nonzero" in profile.inner_text()
+    assert "aten::_unique2" in profile.inner_text()
+    syncs = profile.locator(".ns-SyncPoints")
+    assert syncs.locator(".ns-SourceLink").count() == 2  # 4 sync points, 2 distinct (one per step)
     page.screenshot(path=str(ARTIFACTS / "02-renderer-fallbacks.png"))
 
-    # -- the status bar follows the last profile rendered --
-    status = page.locator(".ns-StatusItem")
-    assert status.inner_text() == "Neuron: emulated · trn2 · adaptive"
+    # -- a cell source jumps to the line of that cell (In [1]; its body starts after the %%neuron line) --
+    syncs.locator(".ns-SourceLink[data-source='cell-1:4']").click()
+    page.wait_for_selector(".jp-Cell.jp-mod-active[data-neuron-source='cell-1:4']", timeout=10_000)
+    assert cursor(page) == {"path": "02.ipynb", "line": 4, "text": "v = loss.item()"}
+    # -- a file source opens the file at the line --
+    profile.locator(".ns-Tab", has_text="Hot path").click()
+    hot.locator(".ns-SourceLink-file").first.click()
+    page.wait_for_selector("[data-neuron-line='41'] .cm-content", timeout=15_000)
+    blocks_41 = (REPO / "tests/models/blocks.py").read_text().splitlines()[40]
+    assert cursor(page) == {"path": "tests/models/blocks.py", "line": 40, "text": blocks_41}
+
+    # -- the status bar follows the active notebook's latest profile --
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'empty.ipynb'})")
+    page.wait_for_function("document.querySelector('.ns-StatusItem').textContent === 'Neuron: —'")
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: '02.ipynb'})")
+    page.wait_for_function(
+        "document.querySelector('.ns-StatusItem').textContent === 'Neuron: emulated · trn2 · adaptive'")
 
     # -- the Neuron Profiler panel, opened on this run --
     profile.locator(".ns-OpenProfiler").click()
@@ -194,9 +173,9 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
     rows.first.wait_for()
     assert rows.count() == 2
     detail = panel.locator(".ns-Detail")
-    detail.locator(".ns-Timeline").wait_for(timeout=15_000)
+    detail.locator(".ns-Timeline").first.wait_for(timeout=15_000)
     assert f"train-step — #{lab['second']}" in detail.inner_text()
-    assert detail.locator(".ns-Timeline rect").count() > 0
+    assert detail.locator(".ns-TimelineBox .ns-Timeline rect").count() > 0
     ops_text = detail.locator(".ns-OpsPage").inner_text()
     assert HOSTILE in ops_text and "page 1 of 5 (500 ops)" in detail.locator(".ns-Pager").inner_text()
     detail.locator(".ns-Pager button", has_text="Next").click()
@@ -211,27 +190,30 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
     compare.wait_for()
     ctext = compare.inner_text()
     assert f"Compare #{lab['first']} → #{lab['second']}" in ctext
-    assert "-17.7%" in ctext  # 1.5 ms -> 1.234567 ms
-    assert "+6.0 pts" in ctext  # MFU 25 % -> 31 %
+    assert fmt_signed((p["step_time_ns"] - 1_500_000) / 1_500_000 * 100) in ctext  # 1.5 ms -> this run
+    assert fmt_signed((p["mfu"] - 0.25) * 100, " pts") in ctext  # MFU 25 % -> this run
     assert "aten::mm" in ctext
     page.screenshot(path=str(ARTIFACTS / "04-compare.png"))
 
     # -- a hot op's kernel link opens the file in the editor at the line --
     rows.nth(0).click()  # newest run first
-    detail.locator(".ns-KernelLink").first.wait_for()
-    detail.locator(".ns-HotOps .ns-KernelLink").first.click()
-    page.wait_for_selector("[data-neuron-line='12']", timeout=15_000)
+    detail.locator(".ns-PanelHotPath .ns-KernelLink").first.wait_for()
+    kernel = next(h["kernel"] for h in p["hot_ops"] if h["kernel"])
+    detail.locator(".ns-PanelHotPath .ns-KernelLink").first.click()
+    line = kernel["line"]
+    page.wait_for_selector(f"[data-neuron-line='{line}'] .cm-content", timeout=15_000)
     assert page.locator(".lm-TabBar-tab.jp-mod-current", has_text="matmul.py").count() >= 1
-    cursor = page.evaluate(
-        """() => {
-            const w = window.jupyterapp.shell.currentWidget;
-            const editor = w.content.editor;
-            const pos = editor.getCursorPosition();
-            return {path: w.context.path, line: pos.line, text: editor.getLine(pos.line)};
-        }"""
-    )
-    assert cursor == {"path": "kernels/matmul.py", "line": 11, "text": "# matmul kernel line 12"}
-    assert page.locator("[data-neuron-line='12'] .cm-content", has_text="matmul kernel line 12").count() == 1
+    kernel_line = (REPO / "kernels/matmul.py").read_text().splitlines()[line - 1]
+    assert cursor(page) == {"path": "kernels/matmul.py", "line": line - 1, "text": kernel_line}
     page.screenshot(path=str(ARTIFACTS / "05-kernel-editor.png"))
+
+    # -- a source in the panel's hot path jumps to the cell of the run's notebook --
+    panel_tab = page.locator(".lm-TabBar-tab", has_text="Neuron Profiler")
+    panel_tab.click()
+    page.evaluate("document.querySelectorAll('[data-neuron-source]').forEach(n => n.removeAttribute('data-neuron-source'))")
+    detail.locator(".ns-PanelHotPath .ns-SourceLink[data-source='cell-1:5']").first.click()
+    page.wait_for_selector(".jp-Cell.jp-mod-active[data-neuron-source='cell-1:5']", timeout=10_000)
+    assert cursor(page) == {"path": "02.ipynb", "line": 5, "text": "u = torch.unique(ids)"}
+    page.screenshot(path=str(ARTIFACTS / "06-cell-source.png"))
 
     assert page.errors == []  # type: ignore[attr-defined]

@@ -73,6 +73,11 @@ class ModelConfig:
     host_transfer_latency_ns: float = 10_000.0
     """Fixed cost of each host↔device copy (DMA setup + runtime sync), paid per copy direction."""
 
+    collective_latency_ns: float = 10_000.0
+    """Fixed cost of each collective (c10d::*): runtime setup plus the ring's first hop. Assumed; the
+    bandwidth part uses the chip's NeuronLink figure from specs.json with ring factors (all-reduce
+    2(n-1)/n of the message, all-gather / reduce-scatter (n-1)/n, others 1)."""
+
     fusion_rule: str = "chain"
     """How fused ops (adaptive groups, compiled graphs) avoid HBM traffic. "chain": each op's input that
     equals the previous op's output in bytes is treated as an on-chip intermediate (read from SBUF, not HBM);
@@ -102,7 +107,8 @@ class ModelConfig:
             if not (isinstance(v, (int, float)) and 0.0 < v <= 1.0):
                 raise ConfigError(f"{name} must be in (0, 1], got {v!r}")
         for name in ("eager_launch_overhead_ns", "adaptive_launch_overhead_ns", "compile_launch_overhead_ns",
-                     "h100_launch_overhead_ns", "host_transfer_latency_ns", "compile_time_per_graph_ns"):
+                     "h100_launch_overhead_ns", "host_transfer_latency_ns", "compile_time_per_graph_ns",
+                     "collective_latency_ns"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {v!r}")

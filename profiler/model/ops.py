@@ -87,6 +87,8 @@ def classify_engine(name: str, is_view: bool = False) -> str:
     """The NeuronCore engine an op runs on. Unknown ops default to "vector" (most aten ops are elementwise)."""
     if is_view:
         return "none"
+    if name.startswith("c10d::"):  # collectives move data over NeuronLink: the DMA engines' work
+        return "dma"
     b = base_name(name)
     if b in _TENSOR or b.startswith(("conv", "_conv")) or "scaled_dot_product" in b:
         return "tensor"
@@ -100,6 +102,21 @@ def classify_engine(name: str, is_view: bool = False) -> str:
         return "scalar"
     return "vector"
 
+
+
+def collective_factor(name: str, world_size: int) -> float:
+    """Bytes on the wire per byte of message for a ring collective (0 for ops that are not collectives)."""
+    if not name.startswith("c10d::"):
+        return 0.0
+    n = max(1, int(world_size))
+    b = base_name(name)
+    if n == 1:
+        return 0.0
+    if "allreduce" in b:
+        return 2.0 * (n - 1) / n
+    if "allgather" in b or "reduce_scatter" in b:
+        return (n - 1) / n
+    return 1.0
 
 
 def dtype_itemsize(dtype: str) -> int:

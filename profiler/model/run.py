@@ -139,6 +139,7 @@ def model_run(
     config: ModelConfig | None = None,
     recompiles: int | Sequence[Any] = 0,
     spec_overrides: dict[str, float] | None = None,
+    world_size: int = 1,
 ) -> ModeledRun:
     """Model a run of ops on `chip` in `mode` ("eager" | "adaptive" | "compile").
 
@@ -150,7 +151,7 @@ def model_run(
     h100 = chip_spec("h100")
     cols: OpColumns = as_columns(columns_or_events, deterministic_tag=cfg.deterministic_tag)
     n = len(cols)
-    s: Schedule = schedule(cols, cfg, mode)
+    s: Schedule = schedule(cols, cfg, mode, world_size)
     rates = core_rates(spec, cfg)
     t = retime(s, rates, cfg)
     order = s.order

@@ -11,7 +11,7 @@ import numpy as np
 
 from neuron_studio.profiler.model.columns import OpColumns
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
-from neuron_studio.profiler.model.ops import ENGINE_CODE, ENGINES, classify_engine
+from neuron_studio.profiler.model.ops import collective_factor, ENGINE_CODE, ENGINES, classify_engine
 from neuron_studio.profiler.specs import ChipSpec
 
 __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
@@ -40,6 +40,7 @@ class CoreRates:
     gpsimd_elems: float
     dma_bytes: float
     hbm_bytes: float
+    link_bytes: float = 0.0                    # NeuronLink bytes/s (collectives)
 
 
 def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
@@ -61,6 +62,7 @@ def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
         gpsimd_elems=spec.gpsimd_elems_per_cycle * spec.gpsimd_clock_hz * lnc,
         dma_bytes=spec.dma_bandwidth_bytes_per_s / share,
         hbm_bytes=spec.hbm_bandwidth_bytes_per_s / share,
+        link_bytes=spec.neuronlink_bandwidth_bytes_per_s,
     )
 
 
@@ -91,6 +93,7 @@ class Schedule:
     host_ns: np.ndarray         # measured host duration (fallback rows)
     in_bytes: np.ndarray
     out_bytes: np.ndarray
+    link_bytes: np.ndarray | None = None  # bytes a collective puts on NeuronLink (ring factor applied)
 
 
 def _not_none(a: np.ndarray | None, n: int) -> np.ndarray:
@@ -103,7 +106,7 @@ def _take(a: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return a if order is None else a[order]
 
 
-def schedule(cols: OpColumns, config: ModelConfig, mode: str) -> Schedule:
+def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 1) -> Schedule:
     """Engines, groups, launches and post-fusion HBM traffic for `mode` (chip-independent)."""
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; valid: {MODES}")
@@ -228,8 +231,17 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str) -> Schedule:
         flops=_take(cols.flops, order), elems=_take(cols.elems, order),
         dtype_class=np.clip(_take(cols.dtype_class, order), 0, 2).astype(np.int8),
         narrow=_take(cols.itemsize, order) <= 2, moved_bytes=out_b, host_ns=host_ns.astype(np.float64),
-        in_bytes=in_b, out_bytes=out_b,
+        in_bytes=in_b, out_bytes=out_b, link_bytes=_link_bytes(cols, order, world_size),
     )
+
+
+def _link_bytes(cols: OpColumns, order: np.ndarray | None, world_size: int) -> np.ndarray | None:
+    factors = np.asarray([collective_factor(str(nm), world_size) for nm in cols.names], dtype=np.float64)
+    if not len(factors) or not factors.any():
+        return None
+    f = factors[cols.name_code]
+    msg = np.where(cols.transfer_bytes > 0, cols.transfer_bytes, np.maximum(cols.in_bytes, cols.out_bytes))
+    return _take(f * msg, order)
 
 
 @dataclass(frozen=True)
@@ -281,7 +293,13 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     if fb.any():
         copies = (s.in_bytes / link * 1e9 + lat) + (s.out_bytes / link * 1e9 + lat)
         dur = np.where(fb, s.host_ns + copies, dur)
+    coll = None
+    if s.link_bytes is not None and rates.link_bytes > 0:
+        coll = s.link_bytes > 0
+        dur = np.where(coll, s.link_bytes / rates.link_bytes * 1e9 + config.collective_latency_ns, dur)
     bound = np.where(comp >= mem, B_COMPUTE, B_MEMORY).astype(np.int8)
+    if coll is not None:
+        bound[coll] = B_MEMORY
     bound[s.is_transfer] = B_MEMORY
     bound[(ovh > dur) & (ovh > 0)] = B_LAUNCH
     bound[eng == E_NONE] = B_NONE

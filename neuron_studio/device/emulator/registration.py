@@ -275,3 +275,6 @@ def register_emulator(registry: Any) -> None:
     from neuron_studio.device.emulator import dynamo_skip
 
     dynamo_skip.skip_emulator_frames_in_dynamo([tensor, runtime, sys.modules[__name__]])
+    from neuron_studio.device.emulator import distributed
+
+    distributed.install()

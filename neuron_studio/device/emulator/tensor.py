@@ -6,6 +6,7 @@ fast path (no subscriber) does only the unwrap/run/rewrap, to keep the per-op ov
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
@@ -61,6 +62,8 @@ _DATA_DEPENDENT = frozenset(
 )
 
 _state = threading.local()
+# op -> fn(func, uargs, kwargs, out) -> OpEvent fields to set (collectives); filled by emulator.distributed.install()
+RECORD_EXTRA: dict = {}
 
 
 class NeuronTensor(torch.Tensor):
@@ -416,31 +419,35 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
-    bus.publish(
-        ev.OpEvent(
-            seq=bus.next_seq(),
-            name=name,
-            overload=func._overloadname,
-            start_ns=t0,
-            end_ns=t1,
-            thread=threading.get_ident(),
-            device_index=index,
-            input_shapes=in_shapes,
-            input_dtypes=in_dtypes,
-            output_shapes=out_shapes,
-            output_dtypes=out_dtypes,
-            flops=_flops(func, uargs, kw, out),
-            is_view=func.is_view,
-            is_inplace=func._schema.is_mutable,
-            sync=sync,
-            transfer=transfer,
-            transfer_bytes=transfer_bytes,
-            fallback=fallback,
-            source=user_source(4) if bus.want_source else None,
-            graph=bus.current_graph,
-            tags=tags,
-        )
+    event = ev.OpEvent(
+        seq=bus.next_seq(),
+        name=name,
+        overload=func._overloadname,
+        start_ns=t0,
+        end_ns=t1,
+        thread=threading.get_ident(),
+        device_index=index,
+        input_shapes=in_shapes,
+        input_dtypes=in_dtypes,
+        output_shapes=out_shapes,
+        output_dtypes=out_dtypes,
+        flops=_flops(func, uargs, kw, out),
+        is_view=func.is_view,
+        is_inplace=func._schema.is_mutable,
+        sync=sync,
+        transfer=transfer,
+        transfer_bytes=transfer_bytes,
+        fallback=fallback,
+        source=user_source(4) if bus.want_source else None,
+        graph=bus.current_graph,
+        tags=tags,
     )
+    extra = RECORD_EXTRA.get(func)
+    if extra is not None:  # e.g. collectives: message size and group tags
+        fields = extra(func, uargs, kw, out)
+        fields["tags"] = event.tags + tuple(fields.get("tags", ()))
+        event = dataclasses.replace(event, **fields)
+    bus.publish(event)
 
 
 def record_op(func, args, kwargs, out, t0: int, t1: int, index: int) -> None:  # noqa: ANN001

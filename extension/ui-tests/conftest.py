@@ -1,0 +1,141 @@
+"""Shared helpers of the browser tests: a JupyterLab server, a Chromium page, the renderer's formatting.
+
+Importable without playwright or chromium (the test modules skip themselves when those are missing).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+FIXTURES = HERE.parent / "tests" / "fixtures"
+ARTIFACTS = Path(os.environ.get("NEURON_STUDIO_ARTIFACTS", REPO / "test-artifacts"))
+CHROMIUM = os.environ.get("NEURON_STUDIO_CHROMIUM", "/usr/bin/chromium")
+TOKEN = "neuron-ui-test"
+LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--no-first-run", "--disable-sync"]
+VENV_BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def lab_server(root: Path, home: Path, env: dict[str, str] | None = None, timeout: float = 60) -> Iterator[str]:
+    """JupyterLab on 127.0.0.1 with a token, serving `root`, with a private HOME/config; yields its base URL.
+
+    The venv's bin directory comes first on PATH, so the `python3` kernelspec (argv `python`) runs the
+    venv's ipykernel (the one with torch and neuron_studio).
+    """
+    port = free_port()
+    full_env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(home / ".jupyter"),
+                    JUPYTER_RUNTIME_DIR=str(home / "runtime"),
+                    PATH=os.pathsep.join([str(VENV_BIN), os.environ.get("PATH", "")]))
+    full_env.pop("JPY_SESSION_NAME", None)
+    full_env.update(env or {})
+    labconfig = home / ".jupyter" / "labconfig"
+    labconfig.mkdir(parents=True, exist_ok=True)
+    (labconfig / "page_config.json").write_text(json.dumps(
+        {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))  # no news toast
+    jupyter = shutil.which("jupyter", path=str(VENV_BIN)) or "jupyter"
+    log_path = home / f"lab-{port}.log"
+    log = open(log_path, "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [jupyter, "lab", "--no-browser", "--allow-root", "--ip", "127.0.0.1", f"--port={port}",
+         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+         "--LabApp.expose_app_in_browser=True", "--KernelSpecManager.ensure_native_kernel=True"],
+        env=full_env, cwd=str(root), stdout=log, stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.time() + timeout
+    try:
+        while True:
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"JupyterLab did not start; see {log_path}") from None
+                time.sleep(0.3)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page():  # noqa: ANN201 - a playwright Page with `.errors` (page errors and dialogs)
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_ARGS)
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = context.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.on("dialog", lambda d: errors.append(f"dialog: {d.message}"))  # an alert() would be XSS
+        pg.errors = errors  # type: ignore[attr-defined]
+        yield pg
+        browser.close()
+
+
+# -- the renderer's formatting (src/mime.ts), to derive expected text from a payload -----------------
+
+
+def fmt_ns(ns: float | None) -> str:
+    if ns is None or not math.isfinite(ns):
+        return "—"
+    a = abs(ns)
+    if a >= 1e9:
+        return f"{ns / 1e9:.3f} s"
+    if a >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if a >= 1e3:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{round(ns)} ns"
+
+
+def fmt_pct(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{x * 100:.{digits}f}%"
+
+
+def fmt_usd(x: float | None) -> str:
+    return "—" if x is None else f"${x:.{4 if x < 1 else 2}f}"
+
+
+def fmt_signed(x: float | None, suffix: str = "%") -> str:
+    return "—" if x is None else f"{'+' if x > 0 else ''}{x:.1f}{suffix}"
+
+
+def cursor(page) -> dict:  # noqa: ANN001
+    """Path, 0-based cursor line and its text of the current widget's editor (file editor or active cell)."""
+    return page.evaluate(
+        """() => {
+            const w = window.jupyterapp.shell.currentWidget;
+            const editor = w.content.activeCell ? w.content.activeCell.editor : w.content.editor;
+            const pos = editor.getCursorPosition();
+            return {path: w.context.path, line: pos.line, text: editor.getLine(pos.line)};
+        }"""
+    )

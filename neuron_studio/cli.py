@@ -1,0 +1,498 @@
+"""`neuron-studio`: profile scripts and torchrun jobs, write reports, list runs, start JupyterLab.
+
+    neuron-studio run [--mode M] [--chip C] [--steps N] [--warmup N] [--store DIR] [--name NAME] -- python train.py
+    neuron-studio run --steps 5 -- torchrun --nproc-per-node 2 train.py
+    neuron-studio report RUN|TRACE -o report.html
+    neuron-studio runs [--store DIR]
+    neuron-studio lab [jupyter args]
+
+`run` never edits the script: the child processes find the studio's `sitecustomize` first on PYTHONPATH and
+start a capture when NEURON_STUDIO_ACTIVATE is set (neuron_studio._activate documents steps, saving and
+the per-rank table names). The parent creates one store run for the job (`ranks=N`), waits, then builds the
+summary (rank 0's profile plus the multi-rank analysis), prints it and writes a self-contained HTML report.
+"""
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+__all__ = ["main", "build_parser", "load_rank_profiles", "report_html", "job_ranks", "EXIT_INTERRUPTED"]
+
+EXIT_INTERRUPTED = 130
+#: Seconds the parent waits for the job to save its traces after forwarding Ctrl-C, before SIGTERM/SIGKILL.
+INTERRUPT_GRACE_S = 60.0
+_LAUNCHERS = ("torchrun",)
+_LAUNCH_MODULES = ("torch.distributed.run", "torch.distributed.launch")
+
+
+class CliError(Exception):
+    """A user mistake on the command line: printed without a traceback, exit status 2."""
+
+
+# ---------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="neuron-studio", description="Neuron Studio: profile PyTorch on AWS Trainium "
+                                "(real or emulated neuron device).")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="profile an unmodified script or torchrun job: neuron-studio run -- python x.py")
+    r.add_argument("--mode", default="eager", choices=("eager", "adaptive", "compile"))
+    r.add_argument("--chip", default=None, help="trn1, trn2 or trn3 (default: the device's target)")
+    r.add_argument("--steps", type=int, default=None, help="record this many steps after warm-up, then stop "
+                   "recording (default: the whole script)")
+    r.add_argument("--warmup", type=int, default=0, help="steps to run before recording (default 0)")
+    r.add_argument("--store", default=None, help="run store directory (default $NEURON_STUDIO_STORE or "
+                   "./.neuron_studio)")
+    r.add_argument("--name", default=None, help="a name for the run")
+    r.add_argument("--report", default=None, help="where to write the HTML report (default: "
+                   "<store>/reports/run-<id>.html)")
+    r.add_argument("--no-host-events", action="store_true", help="skip torch.profiler host events (faster)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
+
+    rep = sub.add_parser("report", help="write the HTML report of a run (id or name) or a trace file")
+    rep.add_argument("target", help="run id or name in the store, or a Chrome-trace/Parquet trace path")
+    rep.add_argument("-o", "--output", default=None, help="output file (default report-<run>.html)")
+    rep.add_argument("--store", default=None)
+
+    ls = sub.add_parser("runs", help="list the runs in the store")
+    ls.add_argument("--store", default=None)
+    ls.add_argument("--limit", type=int, default=50)
+
+    lab = sub.add_parser("lab", help="start JupyterLab on the tutorials (extra args go to jupyter lab)")
+    lab.add_argument("args", nargs=argparse.REMAINDER)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "runs":
+            return cmd_runs(args)
+        return cmd_lab(args)
+    except CliError as e:
+        print(f"neuron-studio: {e}", file=sys.stderr)
+        return 2
+    except LookupError as e:  # RunNotFound, TableNotFound, nothing saved
+        print(f"neuron-studio: {str(e.args[0]) if e.args else e}", file=sys.stderr)
+        return 1
+
+
+# -------------------------------------------------------------------------------------------------- run
+def job_ranks(cmd: Sequence[str]) -> tuple[bool, int]:
+    """(is a launcher, number of ranks) of a command: torchrun's --nproc-per-node × --nnodes, else (False, 1)."""
+    if not cmd:
+        return False, 1
+    exe = os.path.basename(cmd[0])
+    rest = list(cmd[1:])
+    launcher = exe in _LAUNCHERS
+    if not launcher and exe.startswith("python") and len(rest) >= 2 and rest[0] == "-m" and rest[1] in _LAUNCH_MODULES:
+        launcher, rest = True, rest[2:]
+    if not launcher:
+        return False, 1
+
+    def opt(*names: str) -> str | None:
+        for i, a in enumerate(rest):
+            for n in names:
+                if a == n and i + 1 < len(rest):
+                    return rest[i + 1]
+                if a.startswith(n + "="):
+                    return a.split("=", 1)[1]
+            if not a.startswith("-"):
+                break  # the training script: its own arguments follow
+        return None
+
+    def as_int(v: str | None) -> int:
+        try:
+            return max(1, int(str(v).split(":")[-1])) if v is not None else 1
+        except ValueError:
+            return 1
+
+    return True, as_int(opt("--nproc-per-node", "--nproc_per_node")) * as_int(opt("--nnodes"))
+
+
+def _activate_dir() -> str:
+    import neuron_studio._activate as act
+
+    return os.path.dirname(os.path.abspath(act.__file__))
+
+
+def _child_env(opts: Any) -> dict[str, str]:
+    from neuron_studio._activate import ENV_ACTIVATE
+
+    env = dict(os.environ)
+    paths = [_activate_dir()] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env[ENV_ACTIVATE] = opts.to_env()
+    return env
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cmd = list(args.cmd)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise CliError("run: give the command after --, e.g. neuron-studio run -- python train.py")
+    if args.steps is not None and args.steps < 1:
+        raise CliError(f"run: --steps must be >= 1, got {args.steps}")
+    if args.warmup < 0:
+        raise CliError(f"run: --warmup must be >= 0, got {args.warmup}")
+    from neuron_studio import device
+    from neuron_studio._activate import ActivateOptions
+    from neuron_studio.store import RunStore
+
+    if args.chip:
+        from neuron_studio.device.targets import target_for
+
+        try:
+            target_for(args.chip)
+        except Exception as e:  # noqa: BLE001 - the target names the valid chips
+            raise CliError(str(e)) from None
+    launcher, ranks = job_ranks(cmd)
+    store = RunStore(args.store)
+    reg = device.registry()
+    chip = (args.chip or reg.target.chip).lower()
+    source = shlex.join(cmd)
+    run_id = store.begin_run(
+        cell_source=source, name=args.name, notebook=None, mode=args.mode, chip=chip, backend=reg.backend,
+        ranks=ranks, options={"cli": True, "command": cmd, "steps": args.steps, "warmup": args.warmup,
+                              "mode": args.mode, "chip": chip, "cwd": os.getcwd()},
+    )
+    opts = ActivateOptions(run_id=run_id, store=str(store.root), mode=args.mode, chip=chip, steps=args.steps,
+                           warmup=args.warmup, name=args.name, ranks=ranks, launcher=launcher,
+                           run_start_wall_ns=time.time_ns(), progress=not args.quiet,
+                           host_events=not args.no_host_events)
+    print(f"neuron-studio: run {run_id} ({ranks} rank{'s' if ranks > 1 else ''}, {args.mode}, {chip}, "
+          f"{reg.backend}) store {store.root}", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    rc, interrupted = _run_child(cmd, _child_env(opts))
+    wall = time.perf_counter() - t0
+    summary, prof_ok = _finish(store, run_id, rc, interrupted, wall, args.name)
+    if summary is not None:
+        from neuron_studio.ui.text import render_text
+
+        print(render_text(summary))
+        ranks_block = summary.get("ranks_analysis")
+        if ranks_block:
+            print(_ranks_text(ranks_block))
+        out = Path(args.report) if args.report else store.root / "reports" / f"run-{run_id}.html"
+        _write_report(out, store, run_id, summary)
+        print(f"HTML report: {out}")
+    else:
+        print(f"neuron-studio: run {run_id} saved no trace (no op ran on the neuron device?)", file=sys.stderr)
+    if interrupted:
+        return EXIT_INTERRUPTED
+    return rc
+
+
+def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run the job; forward SIGINT/SIGTERM to it and wait for it to save. Returns (exit code, interrupted)."""
+    try:
+        proc = subprocess.Popen(cmd, env=env)
+    except FileNotFoundError:
+        raise CliError(f"run: command not found: {cmd[0]}") from None
+    state = {"interrupted": False, "deadline": None}
+
+    def forward(signum: int, frame: Any) -> None:
+        state["interrupted"] = True
+        if state["deadline"] is None:
+            state["deadline"] = time.monotonic() + INTERRUPT_GRACE_S
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                rc = proc.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                dl = state["deadline"]
+                if dl is not None and time.monotonic() > dl:
+                    proc.terminate()
+                    try:
+                        rc = proc.wait(timeout=10)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        rc = proc.wait()
+                    break
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+    if rc < 0:
+        rc = 128 - rc
+    return rc, bool(state["interrupted"])
+
+
+def load_rank_profiles(store: Any, rec: Any) -> dict[int, Any]:
+    """Profiles of a run's ranks, rebuilt from the store (rank -> Profile); {} if nothing was saved."""
+    from neuron_studio._activate import rank_table
+    from neuron_studio.profiler.profile import Profile
+    from neuron_studio.profiler.trace import Trace
+    from neuron_studio.session import load_profile
+
+    tables = set(store.list_tables(rec.id))
+    if rec.ranks <= 1:
+        if "ops" not in tables:
+            return {}
+        return {0: load_profile(store, rec)}
+    out = {}
+    for r in range(rec.ranks):
+        name = rank_table("ops", r, rec.ranks)
+        if name not in tables:
+            continue
+
+        def table(base: str) -> Any:
+            t = rank_table(base, r, rec.ranks)
+            return store.load_table(rec.id, t).to_pandas() if t in tables else None
+
+        meta_df = table("meta")
+        meta = json.loads(meta_df["json"].iloc[0]) if meta_df is not None else {"rank": r}
+        prof = Profile.from_trace(Trace(ops=table("ops"), host=table("host"), compiles=table("compiles"), meta=meta))
+        prof.run_id = rec.id
+        out[r] = prof
+    return out
+
+
+def _rank_metas(store: Any, rec: Any) -> list[dict]:
+    from neuron_studio._activate import rank_table
+
+    tables = set(store.list_tables(rec.id))
+    metas = []
+    for r in range(max(1, rec.ranks)):
+        t = rank_table("meta", r, rec.ranks)
+        if t in tables:
+            metas.append(json.loads(store.load_table(rec.id, t).to_pandas()["json"].iloc[0]))
+    return metas
+
+
+def _finish(store: Any, run_id: int, rc: int, interrupted: bool, wall: float, name: str | None
+            ) -> tuple[dict | None, bool]:
+    rec = store.get_run(run_id)
+    metas = _rank_metas(store, rec)
+    statuses = {m.get("status") for m in metas}
+    if interrupted or "interrupted" in statuses:
+        status = "interrupted"
+    elif rc != 0 or "error" in statuses:
+        status = "error"
+    else:
+        status = "ok"
+    profiles = load_rank_profiles(store, rec)
+    warnings = []
+    if rec.ranks > 1 and len(profiles) < rec.ranks:
+        missing = sorted(set(range(rec.ranks)) - set(profiles))
+        warnings.append(f"no trace from rank(s) {missing}")
+    if rc != 0 and not interrupted:
+        warnings.append(f"the command exited with status {rc}")
+    summary = None
+    if profiles:
+        first = profiles[min(profiles)]
+        summary = first.to_summary(run_id=run_id, name=name, status=status, warnings=warnings)
+        if len(profiles) > 1:
+            summary["ranks_analysis"] = _ranks_summary(profiles)
+        summary["ranks"] = rec.ranks
+    store.finish_run(run_id, status=status, summary=summary,
+                     step_time_ns=int(summary["step_time_ns"]) if summary and summary.get("step_time_ns") else None,
+                     mfu=summary.get("mfu") if summary else None, wall_s=wall)
+    return summary, bool(profiles)
+
+
+def _ranks_summary(profiles: dict[int, Any]) -> dict:
+    from neuron_studio.profiler.analysis.ranks import analyze_ranks
+    from neuron_studio.profiler.summary import _finite
+
+    ranks = sorted(profiles)
+    ra = analyze_ranks([profiles[r].trace for r in ranks], profiles, ranks=ranks)
+    return _finite(ra.to_summary())
+
+
+def _ranks_text(block: dict) -> str:
+    from neuron_studio.ui.html import fmt_ns
+
+    lines = ["  ranks:"]
+    for r in block.get("ranks", []):
+        lines.append(f"    rank {r['rank']}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
+                     f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
+                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%")
+    s = block.get("straggler")
+    if s:
+        lines.append(f"  straggler: rank {s['rank']} — the others wait {fmt_ns(s['caused_wait_ns'])} in {s['op']} "
+                     f"(its compute before it: {fmt_ns(s['compute_before_ns'])} vs "
+                     f"{fmt_ns(s['others_compute_before_ns'])})")
+    c = block.get("slowest_collective")
+    if c:
+        lines.append(f"  slowest collective: {c['op']} #{c['index']} ({c['bytes']:.0f} B) spans "
+                     f"{fmt_ns(c['span_ns'])}, last rank {c['last_rank']}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------- report
+_DOC = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title></head>"
+        "<body>{body}</body></html>")
+
+
+def _cell(v: Any) -> str:
+    return html.escape("" if v is None else str(v), quote=True)
+
+
+def _ranks_html(block: dict | None) -> str:
+    if not block:
+        return ""
+    from neuron_studio.ui.html import fmt_ns
+
+    def pct(v: Any) -> str:
+        return "–" if v is None else f"{float(v) * 100:.1f}%"
+
+    head = ["rank", "step (host)", "step (modeled)", "MFU", "collectives", "comm bytes", "waited", "last arrivals",
+            "comm/compute overlap"]
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _cell(r.get("rank")), fmt_ns(r.get("step_time_ns")), fmt_ns(r.get("modeled_step_time_ns")),
+            pct(r.get("mfu")), _cell(r.get("collectives")), f"{float(r.get('comm_bytes') or 0):.3g}",
+            fmt_ns(r.get("wait_ns")), _cell(r.get("last_arrivals")), pct(r.get("overlap_share")))) + "</tr>"
+        for r in block.get("ranks", []))
+    parts = ["<div class='nstu'><h3>Ranks</h3><table><thead><tr>"
+             + "".join(f"<th>{_cell(h)}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody></table>"]
+    s = block.get("straggler")
+    if s:
+        parts.append(f"<p><b>Straggler: rank {_cell(s['rank'])}</b> — the other ranks wait {fmt_ns(s['caused_wait_ns'])} "
+                     f"in <code>{_cell(s['op'])}</code>; its compute before that collective is "
+                     f"{fmt_ns(s['compute_before_ns'])} vs {fmt_ns(s['others_compute_before_ns'])} on the others"
+                     + (f" (last op before it: <code>{_cell(s.get('op_before'))}</code>)" if s.get("op_before") else "")
+                     + ".</p>")
+    else:
+        parts.append("<p class='muted'>No straggler: no rank makes the others wait noticeably.</p>")
+    c = block.get("slowest_collective")
+    if c:
+        parts.append(f"<p>Slowest collective: <code>{_cell(c['op'])}</code> #{_cell(c['index'])} "
+                     f"({float(c['bytes']):.3g} bytes) spans {fmt_ns(c['span_ns'])}; last to arrive: rank "
+                     f"{_cell(c['last_rank'])}.</p>")
+    coll = block.get("collectives") or []
+    if coll:
+        ch = ["op", "#", "bytes", "last rank", "max wait", "span"]
+        crow = "".join("<tr>" + "".join(f"<td>{x}</td>" for x in (
+            f"<code>{_cell(r.get('op'))}</code>", _cell(r.get("index")), f"{float(r.get('bytes') or 0):.3g}",
+            _cell(r.get("last_rank")), fmt_ns(r.get("max_wait_ns")), fmt_ns(r.get("span_ns")))) + "</tr>"
+            for r in coll)
+        parts.append("<b>Collectives</b><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in ch)
+                     + f"</tr></thead><tbody>{crow}</tbody></table>")
+    parts.append("<div class='muted'>Per-rank times are each rank's measured host timeline, aligned on the job "
+                 "start; collective device time is modeled (NeuronLink).</div></div>")
+    return "".join(parts)
+
+
+def report_html(summary: dict) -> str:
+    """A standalone HTML document: the notebook's profile view plus, for multi-rank runs, the rank section."""
+    from neuron_studio.ui.html import render_html
+
+    title = f"Neuron Studio report · run {summary.get('run_id')}"
+    body = render_html(summary) + _ranks_html(summary.get("ranks_analysis"))
+    return _DOC.format(title=html.escape(title), body=body)
+
+
+def _write_report(out: Path, store: Any, run_id: int, summary: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(report_html(summary), encoding="utf-8")
+    os.replace(tmp, out)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    target = args.target
+    path = Path(target)
+    if path.exists():
+        summary = _summary_of_trace(path)
+        default = f"report-{path.stem}.html"
+    else:
+        from neuron_studio.store import RunStore
+
+        store = RunStore(args.store, create=False)
+        rec = store.get_run(int(target) if target.isdigit() else target)
+        summary = rec.summary
+        profiles = load_rank_profiles(store, rec)
+        if summary is None or (len(profiles) > 1 and not summary.get("ranks_analysis")):
+            if not profiles:
+                raise LookupError(f"run {rec.id} has no saved trace (status {rec.status}); nothing to report")
+            first = profiles[min(profiles)]
+            summary = first.to_summary(run_id=rec.id, name=rec.name, status=rec.status)
+            if len(profiles) > 1:
+                summary["ranks_analysis"] = _ranks_summary(profiles)
+        default = f"report-{rec.id}.html"
+    out = Path(args.output or default)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(report_html(summary), encoding="utf-8")
+    os.replace(tmp, out)
+    print(out)
+    return 0
+
+
+def _summary_of_trace(path: Path) -> dict:
+    try:
+        from neuron_studio.profiler.importers import read_trace
+    except ImportError:
+        raise CliError("report: reading trace files needs neuron_studio.profiler.importers") from None
+    from neuron_studio.profiler.profile import Profile
+
+    prof = Profile.from_trace(read_trace(path))
+    return prof.to_summary(name=path.name)
+
+
+# ------------------------------------------------------------------------------------------------ runs
+def cmd_runs(args: argparse.Namespace) -> int:
+    from neuron_studio.store import RunStore
+    from neuron_studio.ui.html import fmt_ns
+
+    store = RunStore(args.store)
+    recs = store.list_runs(limit=args.limit)
+    if not recs:
+        print(f"no runs in {store.root}")
+        return 0
+    head = ("id", "name", "mode", "chip", "status", "ranks", "step time", "MFU")
+    rows = [(str(r.id), r.name or "", r.mode, r.chip, r.status, str(r.ranks),
+             fmt_ns(r.step_time_ns) if r.step_time_ns is not None else "-",
+             f"{r.mfu * 100:.1f}%" if r.mfu is not None else "-") for r in recs]
+    widths = [max(len(h), *(len(x[i]) for x in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    for row in rows:
+        print("  ".join(x.ljust(w) for x, w in zip(row, widths)))
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------- lab
+def _notebooks_dir() -> Path:
+    import neuron_studio
+
+    repo = Path(neuron_studio.__file__).resolve().parent.parent / "notebooks"
+    return repo if repo.is_dir() else Path.cwd() / "notebooks"
+
+
+def cmd_lab(args: argparse.Namespace) -> int:
+    extra = list(args.args)
+    if extra and extra[0] == "--":
+        extra = extra[1:]
+    argv = ["jupyter", "lab", str(_notebooks_dir()), "--ip", "127.0.0.1", *extra]
+    try:
+        os.execvp(argv[0], argv)
+    except FileNotFoundError:
+        raise CliError("lab: `jupyter` not found; install the lab extra: pip install 'neuron-studio[lab]'") from None
+    return 0  # pragma: no cover - execvp does not return
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""Capture on real Trainium: torch.profiler + TorchNeuron's `NeuronConfig`, then Neuron Explorer -> a measured Profile.
+
+    run = capture_real(step_fn, steps=1, warmup=3, out_dir="neuron_profile")
+    prof = run.profile()          # Neuron Explorer Parquet -> neuron_studio.profiler.explorer.load_profile
+
+What happens (trainium.md §2.1):
+1. warm-up: at least `MIN_WARMUP` (3) calls outside the profiler (fewer -> `WarmupWarning`, raised to 3);
+2. `torch.profiler.profile(activities=[CPU, PrivateUse1], experimental_config=NeuronConfig(modes=[DEVICE,
+   RUNTIME], profile_output_dir=..., max_events_per_nc=..., capture_enabled_for_nc=...),
+   on_trace_ready=NeuronProfiler(cfg).export_trace)` around the profiled steps, with
+   `torch.neuron.synchronize()` before leaving (execution is asynchronous);
+3. the run directory `<out>/<instance-id>_pid_<pid>/<timestamp>/` is located (newest for this pid);
+4. `neuron-explorer view -d <run dir> --output-format parquet --output-file <run dir>/explorer` turns the
+   NTFF/NEFF/ntrace files into Parquet tables; without the CLI, `ExplorerNotFoundError` says what to install.
+
+Op tracking (`torch_neuronx.clear_op_tracking/get_executed_ops/get_fallback_ops`), the effective eager
+switches and, in compile mode, `torch_neuronx.get_dynamo_metrics()` are recorded with the run. This module
+is only imported on the real backend: it imports `torch_neuronx` inside functions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+from neuron_studio.profiler.trace import HOST_COLUMNS
+
+__all__ = [
+    "MIN_WARMUP", "HbmReservationWarning", "WarmupWarning", "ExplorerNotFoundError", "ExplorerError",
+    "ProfileOutputError", "NeuronCaptureOptions", "RealRun", "capture_real", "locate_run_dir", "run_explorer",
+    "explorer_install_message", "EXPECTED_FILES",
+]
+
+MIN_WARMUP = 3
+"""Neuron's profiling guide: profile after >= 3 warm-up iterations (the first calls compile and load NEFFs)."""
+
+DEVICE_HBM_RESERVED_BYTES = 5e9
+"""`ProfileMode.DEVICE` reserves approximately 5 GB of HBM on Trn2 (trainium.md §2.1)."""
+
+EXPLORER_TIMEOUT_S = 900.0
+
+# what each ProfileMode writes into the run directory (trainium.md §2.1)
+EXPECTED_FILES: dict[str, tuple[str, ...]] = {
+    "DEVICE": ("*.ntff", "*.neff"),
+    "RUNTIME": ("ntrace.pb", "trace_info.pb"),
+    "CPU_UTIL": ("cpu_util.pb",),
+    "HOST_MEMORY": ("host_mem.pb",),
+}
+
+
+class HbmReservationWarning(UserWarning):
+    """Device profiling reserves ~5 GB of HBM on Trn2: a model that barely fits may run out of memory."""
+
+
+class WarmupWarning(UserWarning):
+    """Fewer than MIN_WARMUP warm-up steps were asked for; the capture raised them to MIN_WARMUP."""
+
+
+class ExplorerNotFoundError(RuntimeError):
+    """The `neuron-explorer` CLI is not on PATH (names the package to install and the command to run)."""
+
+
+class ExplorerError(RuntimeError):
+    """`neuron-explorer` failed or timed out (carries its stderr)."""
+
+
+class ProfileOutputError(FileNotFoundError):
+    """The Neuron profiler output directory is not where, or not what, it should be (names what was expected)."""
+
+
+def explorer_install_message(run_dir: str | Path | None = None) -> str:
+    d = str(run_dir) if run_dir is not None else "DIR"
+    return (
+        "the `neuron-explorer` command is not on PATH. Install the Neuron SDK's neuron-explorer "
+        "(aws-neuronx-tools package, e.g. `sudo apt-get install aws-neuronx-tools`; it installs into "
+        "/opt/aws/neuron/bin, so add that to PATH), then run: "
+        f"neuron-explorer view -d {d} --output-format parquet "
+        f"and load the result with neuron_studio.profiler.explorer.load_profile('{d}')"
+    )
+
+
+@dataclass(frozen=True)
+class NeuronCaptureOptions:
+    """Arguments of TorchNeuron's `NeuronConfig` (None = TorchNeuron's default)."""
+
+    out_dir: str | Path = "neuron_profile"
+    modes: Sequence[str] = ("DEVICE", "RUNTIME")
+    max_events_per_nc: int | None = None
+    capture_enabled_for_nc: str | None = None     # e.g. "0,1,2-5"
+    neff_cache_dir: str | None = None
+    explorer: bool = True                        # run neuron-explorer after the capture
+    explorer_timeout_s: float = EXPLORER_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.modes if m.upper() not in EXPECTED_FILES]
+        if bad:
+            raise ValueError(f"unknown ProfileMode(s) {bad}; valid: {', '.join(EXPECTED_FILES)}")
+        if self.max_events_per_nc is not None and self.max_events_per_nc < 1:
+            raise ValueError(f"max_events_per_nc must be >= 1; got {self.max_events_per_nc}")
+
+
+def neuron_config(opts: NeuronCaptureOptions) -> Any:
+    """Build TorchNeuron's NeuronConfig from the options (only arguments that are set are passed)."""
+    from torch_neuronx.profiling import NeuronConfig, ProfileMode
+
+    kwargs: dict[str, Any] = {
+        "modes": [getattr(ProfileMode, m.upper()) for m in opts.modes],
+        "profile_output_dir": str(opts.out_dir),
+    }
+    if opts.max_events_per_nc is not None:
+        kwargs["max_events_per_nc"] = int(opts.max_events_per_nc)
+    if opts.capture_enabled_for_nc is not None:
+        kwargs["capture_enabled_for_nc"] = str(opts.capture_enabled_for_nc)
+    if opts.neff_cache_dir is not None:
+        kwargs["neff_cache_dir"] = str(opts.neff_cache_dir)
+    return NeuronConfig(**kwargs)
+
+
+# -- output directory ------------------------------------------------------------------------------------
+def locate_run_dir(out_dir: str | Path, *, pid: int | None = None, modes: Sequence[str] = ("DEVICE", "RUNTIME"),
+                   since: float | None = None) -> Path:
+    """The newest `<out>/<instance-id>_pid_<pid>/<timestamp>/` for `pid` (default: this process) holding the
+    files `modes` write. `since` (epoch seconds) ignores older run directories."""
+    out = Path(out_dir)
+    pid = os.getpid() if pid is None else pid
+    layout = f"{out}/<instance-id>_pid_{pid}/<timestamp>/"
+    wanted = [pat for m in modes for pat in EXPECTED_FILES[m.upper()]]
+    if not out.is_dir():
+        raise ProfileOutputError(f"Neuron profiler output directory {str(out)!r} does not exist; expected "
+                                 f"{layout} with {', '.join(wanted)} (was NeuronConfig.profile_output_dir set?)")
+    runs = [d for p in out.glob(f"*_pid_{pid}") if p.is_dir() for d in p.iterdir() if d.is_dir()]
+    if since is not None:
+        runs = [d for d in runs if d.stat().st_mtime >= since - 1.0]
+    if not runs:
+        present = sorted(p.name for p in out.iterdir())[:10]
+        raise ProfileOutputError(f"no run directory for pid {pid} in {str(out)!r}: expected {layout} "
+                                 f"(found: {present or 'nothing'})")
+    run = max(runs, key=lambda d: (d.stat().st_mtime, d.name))
+    missing = [pat for pat in wanted if not any(run.glob(pat))]
+    if missing:
+        present = sorted(p.name for p in run.iterdir())
+        raise ProfileOutputError(f"run directory {str(run)!r} lacks {', '.join(missing)} (modes "
+                                 f"{', '.join(modes)} write {', '.join(wanted)}); it holds: {present or 'nothing'}")
+    return run
+
+
+# -- neuron-explorer -------------------------------------------------------------------------------------
+def run_explorer(run_dir: str | Path, *, output_dir: str | Path | None = None, timeout_s: float = EXPLORER_TIMEOUT_S,
+                 executable: str | None = None) -> Path:
+    """`neuron-explorer view -d RUN_DIR --output-format parquet --output-file OUT` -> OUT (the Parquet tables)."""
+    exe = executable or shutil.which("neuron-explorer")
+    if exe is None:
+        raise ExplorerNotFoundError(explorer_install_message(run_dir))
+    out = Path(output_dir) if output_dir is not None else Path(run_dir) / "explorer"
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [exe, "view", "-d", str(run_dir), "--output-format", "parquet", "--output-file", str(out)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired as e:
+        raise ExplorerError(f"`{' '.join(cmd)}` timed out after {timeout_s:.0f} s; raise explorer_timeout_s or "
+                            f"run it by hand. stderr: {_tail(e.stderr)}") from None
+    except OSError as e:
+        raise ExplorerError(f"`{' '.join(cmd)}` could not start: {e}") from None
+    if res.returncode != 0:
+        raise ExplorerError(f"`{' '.join(cmd)}` exited with {res.returncode}. stderr: {_tail(res.stderr)}")
+    return out
+
+
+def _tail(s: Any, n: int = 2000) -> str:
+    if s is None:
+        return ""
+    if isinstance(s, bytes):
+        s = s.decode(errors="replace")
+    return s[-n:].strip()
+
+
+# -- the capture -----------------------------------------------------------------------------------------
+@dataclass
+class RealRun:
+    """What one real capture produced: where the files are, what TorchNeuron reported, and how to analyse it."""
+
+    run_dir: Path | None
+    parquet_dir: Path | None
+    tracking: Any                                    # neuron_studio.device.real.OpTracking
+    switches: dict[str, Any]
+    dynamo_metrics: dict[str, Any]
+    mode: str
+    steps: int
+    warmup: int
+    host: pd.DataFrame | None = None
+    wall_ns: int = 0
+    explorer_message: str | None = None              # why there is no Parquet (CLI missing / failed)
+    notes: list[str] = field(default_factory=list)
+    name: str | None = None
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "op_tracking": self.tracking.to_dict() if self.tracking is not None else None,
+            "switches": {k: v.to_dict() for k, v in self.switches.items()},
+            "dynamo_metrics": self.dynamo_metrics, "capture_dir": str(self.run_dir) if self.run_dir else None,
+            "warmup": self.warmup, "wall_ns": self.wall_ns, "capture_notes": list(self.notes),
+        }
+
+    def profile(self, *, chip: str | None = None) -> Any:
+        """The measured Profile (needs the Explorer Parquet; raises ExplorerNotFoundError otherwise)."""
+        if self.parquet_dir is None:
+            raise ExplorerNotFoundError(self.explorer_message or explorer_install_message(self.run_dir))
+        from neuron_studio.profiler.explorer import load_profile
+        from neuron_studio.profiler.trace import Trace
+
+        prof = load_profile(self.parquet_dir, chip=chip, mode=self.mode, steps=self.steps, name=self.name,
+                            tracking=self.tracking, extra_meta=self.meta())
+        if self.host is not None and len(self.host):
+            tr = prof.trace
+            tr.meta["figures"]["host_time"] = "measured"
+            prof.trace = Trace(ops=tr.ops, host=self.host, compiles=tr.compiles, meta=tr.meta)
+        return prof
+
+
+def _host_frame(prof: Any, t_wall0: int) -> pd.DataFrame:
+    rows: dict[str, list] = {k: [] for k in HOST_COLUMNS}
+    try:
+        evs = prof.events() or []
+        start_ns = prof.profiler.kineto_results.trace_start_ns()
+    except Exception:  # noqa: BLE001 - host events are optional on the real path
+        return pd.DataFrame(rows)
+    for e in evs:
+        rows["name"].append(e.name)
+        rows["category"].append("user_annotation" if e.is_user_annotation else "cpu_op")
+        rows["thread"].append(int(e.thread))
+        rows["start_ns"].append(int(e.time_range.start * 1000) + start_ns - t_wall0)
+        rows["dur_ns"].append(int((e.time_range.end - e.time_range.start) * 1000))
+        rows["input_shapes"].append(None)
+        rows["flops"].append(0.0)
+        rows["stack"].append(None)
+    return pd.DataFrame(rows)
+
+
+def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WARMUP, mode: str = "eager",
+                 options: NeuronCaptureOptions | None = None, name: str | None = None, chip: str = "trn2",
+                 on_step: Callable[[int], None] | None = None) -> RealRun:
+    """Run `fn` `warmup` times, then `steps` times under the Neuron profiler; locate the output, run Explorer.
+
+    Op tracking covers the whole call (warm-up included): it answers "what ran where in this cell".
+    """
+    import torch
+
+    from neuron_studio.device import real as _real
+
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1; got {steps}")
+    opts = options or NeuronCaptureOptions()
+    opts = dataclasses.replace(opts, out_dir=Path(opts.out_dir).expanduser().resolve())  # cwd may change later
+    if warmup < MIN_WARMUP:
+        warnings.warn(f"warm-up raised from {warmup} to {MIN_WARMUP} steps: Neuron profiles should start after "
+                      f">= {MIN_WARMUP} warm-up iterations (the first calls compile and load NEFFs)",
+                      WarmupWarning, stacklevel=2)
+        warmup = MIN_WARMUP
+    if any(m.upper() == "DEVICE" for m in opts.modes):
+        warnings.warn("ProfileMode.DEVICE reserves about 5 GB of HBM on Trn2 while the profiler runs: a model "
+                      "that nearly fills HBM may fail with out-of-memory under capture only",
+                      HbmReservationWarning, stacklevel=2)
+    _real._nx()  # fails early (ImportError) when TorchNeuron is absent
+    Path(opts.out_dir).mkdir(parents=True, exist_ok=True)
+    if mode == "compile":
+        _real.reset_dynamo_metrics()
+    tracker = _real.OpTracker()
+    started = time.time()
+    t_wall0 = time.time_ns()
+    t0 = time.perf_counter_ns()
+    host = None
+    with tracker:
+        for _ in range(warmup):
+            fn()
+        torch.neuron.synchronize()
+        cfg = neuron_config(opts)
+        from torch_neuronx.profiling import NeuronProfiler
+
+        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r".*privateuseone.*")
+            prof = torch.profiler.profile(activities=activities, experimental_config=cfg,
+                                          on_trace_ready=NeuronProfiler(cfg).export_trace)
+            prof.__enter__()
+        try:
+            for i in range(steps):
+                fn()
+                if on_step is not None:
+                    on_step(i + 1)
+        finally:
+            torch.neuron.synchronize()  # execution is asynchronous: sync before leaving the profiler
+            prof.__exit__(None, None, None)
+        host = _host_frame(prof, t_wall0)
+    wall = time.perf_counter_ns() - t0
+    run = RealRun(run_dir=None, parquet_dir=None, tracking=tracker.result,
+                  switches=_real.eager_switches(chip=chip),
+                  dynamo_metrics=_real.dynamo_metrics() if mode == "compile" else {}, mode=mode, steps=steps,
+                  warmup=warmup, host=host, wall_ns=int(wall), name=name)
+    if _real.deterministic_mode():
+        run.notes.append("deterministic algorithms are on: TorchNeuron disables Adaptive Eager fusion")
+    run.run_dir = locate_run_dir(opts.out_dir, modes=opts.modes, since=started)
+    if opts.explorer:
+        try:
+            run.parquet_dir = run_explorer(run.run_dir, timeout_s=opts.explorer_timeout_s)
+        except (ExplorerNotFoundError, ExplorerError) as e:
+            run.explorer_message = str(e)
+    else:
+        run.explorer_message = explorer_install_message(run.run_dir) if shutil.which("neuron-explorer") is None \
+            else f"explorer disabled: run neuron-explorer view -d {run.run_dir} --output-format parquet"
+    return run
