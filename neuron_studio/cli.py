@@ -161,6 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             target_for(args.chip)
         except Exception as e:  # noqa: BLE001 - the target names the valid chips
             raise CliError(str(e)) from None
+    cmd = _this_python(cmd)
     launcher, ranks = job_ranks(cmd)
     store = RunStore(args.store)
     reg = device.registry()
@@ -196,6 +197,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     return rc
+
+
+def _this_python(cmd: list[str]) -> list[str]:
+    """`python`/`python3`/`torchrun` mean this interpreter's (where neuron_studio is installed), even when the
+    virtual environment is not activated; explicit paths are left alone."""
+    head = cmd[0]
+    if head in ("python", "python3"):
+        return [sys.executable, *cmd[1:]]
+    if head == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *cmd[1:]]
+    return cmd
 
 
 def _run_child(cmd: list[str], env: dict[str, str]) -> tuple[int, bool]:

@@ -188,7 +188,7 @@ def render_html(s: dict) -> str:
         ("step time" + (" (modeled)" if modeled else ""), fmt_ns(s.get("step_time_ns"))),
         ("host time/step", fmt_ns(s.get("host_time_ns"))),
         ("MFU", _pct(s.get("mfu"))), ("MBU", _pct(s.get("mbu"))),
-        ("launches/step", f"{float(s.get('launches') or 0):.0f}"),
+        ("launches/step", f"{float(s.get('launches') or 0):.3g}"),
         (f"cost / 1k steps ({cost.get('chip', '')})", _usd(cost.get("per_1000_steps_usd"))),
         ("H100 / 1k steps", _usd(cost.get("h100_per_1000_steps_usd"))),
     ])

@@ -18,7 +18,7 @@ def render_text(s: dict, *, top: int = 5) -> str:
         f"Neuron profile run {s.get('run_id')}{' ' + str(s['name']) if s.get('name') else ''}: "
         f"{s.get('mode')} on {s.get('chip')} [{s.get('backend')}] status={s.get('status')}",
         f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
-        f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.0f}",
+        f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
         "  engines: " + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
     ]
     b = s.get("badges") or {}
