@@ -29,7 +29,6 @@ in the studio's `dma` engine column; Summary's `dma_active_time_percent` is the 
 """
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -880,9 +879,8 @@ class MeasuredProfile(Profile):
     """A `Profile` over measured data: same analyses; the hot path leads with the NKI kernels (file/line) the
     profile saw run each op, and the utilization timeline comes from Explorer's `ActiveTime` when present."""
 
-    @functools.cache
-    def hot_path(self, top_share: float = 0.8, max_ops: int = 10) -> list:  # type: ignore[override]
-        hot = super().hot_path(top_share, max_ops)
+    def _hot_path(self, top_share: float, max_ops: int) -> list:
+        hot = super()._hot_path(top_share, max_ops)
         for h in hot:
             measured = self.modeled.kernels_for(h.op, h.module)
             if measured:

@@ -6,7 +6,6 @@ docs once. Results are DataFrames or small dataclasses so notebooks and CI can a
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -65,6 +64,7 @@ class Profile:
         self.kernel_lookup = kernel_lookup
         self.run_id = run_id
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
+        self._hot_cache: dict[tuple[float, int], list] = {}
         self.ops = joined_ops(trace.ops, modeled.ops_frame())
 
     @classmethod
@@ -136,9 +136,14 @@ class Profile:
     def roofline(self) -> pd.DataFrame:
         return _roof.roofline_points(self.ops, self.roofs())
 
-    @functools.cache
     def hot_path(self, top_share: float = 0.8, max_ops: int = 10) -> list[_hot.HotOp]:
         """Ops covering `top_share` of device time, with the NKI kernel that runs or could replace each."""
+        key = (top_share, max_ops)
+        if key not in self._hot_cache:  # per instance: a functools.cache would keep every profile alive
+            self._hot_cache[key] = self._hot_path(top_share, max_ops)
+        return self._hot_cache[key]
+
+    def _hot_path(self, top_share: float, max_ops: int) -> list[_hot.HotOp]:
         lookup = None
         if self.kernel_lookup is not None:
             classes = self.trace.meta.get("module_classes", {}) or {}
