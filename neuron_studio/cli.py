@@ -185,10 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if summary is not None:
         from neuron_studio.ui.text import render_text
 
-        print(render_text(summary))
-        ranks_block = summary.get("ranks_analysis")
-        if ranks_block:
-            print(_ranks_text(ranks_block))
+        print(render_text(summary))  # includes the per-rank lines of a multi-rank run
         out = Path(args.report) if args.report else store.root / "reports" / f"run-{run_id}.html"
         _write_report(out, store, run_id, summary)
         print(f"HTML report: {out}")
@@ -333,26 +330,6 @@ def _ranks_summary(profiles: dict[int, Any]) -> dict:
     return _finite(ra.to_summary())
 
 
-def _ranks_text(block: dict) -> str:
-    from neuron_studio.ui.html import fmt_ns
-
-    lines = ["  ranks:"]
-    for r in block.get("ranks", []):
-        lines.append(f"    rank {r['rank']}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
-                     f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
-                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%")
-    s = block.get("straggler")
-    if s:
-        lines.append(f"  straggler: rank {s['rank']} — the others wait {fmt_ns(s['caused_wait_ns'])} in {s['op']} "
-                     f"(its compute before it: {fmt_ns(s['compute_before_ns'])} vs "
-                     f"{fmt_ns(s['others_compute_before_ns'])})")
-    c = block.get("slowest_collective")
-    if c:
-        lines.append(f"  slowest collective: {c['op']} #{c['index']} ({c['bytes']:.0f} B) spans "
-                     f"{fmt_ns(c['span_ns'])}, last rank {c['last_rank']}")
-    return "\n".join(lines)
-
-
 # ---------------------------------------------------------------------------------------------- report
 _DOC = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title></head>"
         "<body>{body}</body></html>")
@@ -362,58 +339,12 @@ def _cell(v: Any) -> str:
     return html.escape("" if v is None else str(v), quote=True)
 
 
-def _ranks_html(block: dict | None) -> str:
-    if not block:
-        return ""
-    from neuron_studio.ui.html import fmt_ns
-
-    def pct(v: Any) -> str:
-        return "–" if v is None else f"{float(v) * 100:.1f}%"
-
-    head = ["rank", "step (host)", "step (modeled)", "MFU", "collectives", "comm bytes", "waited", "last arrivals",
-            "comm/compute overlap"]
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{c}</td>" for c in (
-            _cell(r.get("rank")), fmt_ns(r.get("step_time_ns")), fmt_ns(r.get("modeled_step_time_ns")),
-            pct(r.get("mfu")), _cell(r.get("collectives")), f"{float(r.get('comm_bytes') or 0):.3g}",
-            fmt_ns(r.get("wait_ns")), _cell(r.get("last_arrivals")), pct(r.get("overlap_share")))) + "</tr>"
-        for r in block.get("ranks", []))
-    parts = ["<div class='nstu'><h3>Ranks</h3><table><thead><tr>"
-             + "".join(f"<th>{_cell(h)}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody></table>"]
-    s = block.get("straggler")
-    if s:
-        parts.append(f"<p><b>Straggler: rank {_cell(s['rank'])}</b> — the other ranks wait {fmt_ns(s['caused_wait_ns'])} "
-                     f"in <code>{_cell(s['op'])}</code>; its compute before that collective is "
-                     f"{fmt_ns(s['compute_before_ns'])} vs {fmt_ns(s['others_compute_before_ns'])} on the others"
-                     + (f" (last op before it: <code>{_cell(s.get('op_before'))}</code>)" if s.get("op_before") else "")
-                     + ".</p>")
-    else:
-        parts.append("<p class='muted'>No straggler: no rank makes the others wait noticeably.</p>")
-    c = block.get("slowest_collective")
-    if c:
-        parts.append(f"<p>Slowest collective: <code>{_cell(c['op'])}</code> #{_cell(c['index'])} "
-                     f"({float(c['bytes']):.3g} bytes) spans {fmt_ns(c['span_ns'])}; last to arrive: rank "
-                     f"{_cell(c['last_rank'])}.</p>")
-    coll = block.get("collectives") or []
-    if coll:
-        ch = ["op", "#", "bytes", "last rank", "max wait", "span"]
-        crow = "".join("<tr>" + "".join(f"<td>{x}</td>" for x in (
-            f"<code>{_cell(r.get('op'))}</code>", _cell(r.get("index")), f"{float(r.get('bytes') or 0):.3g}",
-            _cell(r.get("last_rank")), fmt_ns(r.get("max_wait_ns")), fmt_ns(r.get("span_ns")))) + "</tr>"
-            for r in coll)
-        parts.append("<b>Collectives</b><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in ch)
-                     + f"</tr></thead><tbody>{crow}</tbody></table>")
-    parts.append("<div class='muted'>Per-rank times are each rank's measured host timeline, aligned on the job "
-                 "start; collective device time is modeled (NeuronLink).</div></div>")
-    return "".join(parts)
-
-
 def report_html(summary: dict) -> str:
     """A standalone HTML document: the notebook's profile view plus, for multi-rank runs, the rank section."""
     from neuron_studio.ui.html import render_html
 
     title = f"Neuron Studio report · run {summary.get('run_id')}"
-    body = render_html(summary) + _ranks_html(summary.get("ranks_analysis"))
+    body = render_html(summary)
     return _DOC.format(title=html.escape(title), body=body)
 
 

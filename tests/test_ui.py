@@ -44,3 +44,23 @@ def test_explorer_filters_and_is_offline(prof):
     import panel as pn
 
     assert pn.config.inline is True               # panel resources inlined: nothing loads from a CDN
+
+
+def test_multi_rank_summary_gets_a_ranks_tab_in_html_and_text():
+    from neuron_studio.ui.html import render_html
+    from neuron_studio.ui.text import render_text
+
+    block = {"ranks": [{"rank": 0, "step_time_ns": 1e6, "wait_ns": 6e8}, {"rank": 1, "step_time_ns": 1.6e9}],
+             "straggler": {"rank": 1, "op": "c10d::allreduce_<x>", "caused_wait_ns": 6e8, "compute_before_ns": 7e8,
+                           "others_compute_before_ns": 1e8, "op_before": "aten::mm"},
+             "slowest_collective": {"op": "c10d::allreduce_", "index": 0, "bytes": 4096, "span_ns": 6e8,
+                                    "last_rank": 1},
+             "collectives": []}
+    s = {"run_id": 3, "mode": "eager", "chip": "trn2", "backend": "emulated", "modeled": True, "engines": [],
+         "ranks": 2, "ranks_analysis": block}
+    html = render_html(s)
+    assert "Ranks (2)" in html and "Straggler: rank 1" in html
+    assert "c10d::allreduce_&lt;x&gt;" in html and "allreduce_<x>" not in html
+    text = render_text(s)
+    assert "straggler: rank 1" in text and "600 ms" in text
+    assert "Ranks (" not in render_html({**s, "ranks_analysis": None})

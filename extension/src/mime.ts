@@ -375,6 +375,49 @@ function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
   );
 }
 
+/** Per-rank table, straggler and slowest collective of a multi-rank run. */
+export function ranksSection(p: IProfilePayload): HTMLElement {
+  const ra = p.ranks_analysis;
+  const parts: Child[] = [];
+  if (!ra) {
+    return el('div', {});
+  }
+  parts.push(
+    table(
+      ['Rank', 'Step (host)', 'Step (modeled)', 'MFU', 'Collectives', 'Waited', 'Overlap'],
+      ra.ranks.map(r => [
+        String(r.rank),
+        fmtNs(r.step_time_ns),
+        fmtNs(r.modeled_step_time_ns),
+        fmtPct(r.mfu),
+        String(r.collectives ?? '–'),
+        fmtNs(r.wait_ns),
+        fmtPct(r.overlap_share)
+      ]),
+      'ns-Ranks'
+    )
+  );
+  const st = ra.straggler;
+  parts.push(
+    el('p', {
+      class: 'ns-Straggler',
+      text: st
+        ? `Straggler: rank ${st.rank} — the other ranks wait ${fmtNs(st.caused_wait_ns)} in ${st.op}` +
+          (st.op_before ? ` (last op before it: ${st.op_before})` : '')
+        : 'No straggler: no rank makes the others wait noticeably.'
+    })
+  );
+  const sc = ra.slowest_collective;
+  if (sc) {
+    parts.push(
+      el('p', {
+        text: `Slowest collective: ${sc.op} #${sc.index} (${sc.bytes} bytes) spans ${fmtNs(sc.span_ns)}; last rank ${sc.last_rank}`
+      })
+    );
+  }
+  return el('div', { class: 'ns-RanksSection' }, ...parts);
+}
+
 function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTMLElement {
   const parts: Child[] = [];
   if (p.fallbacks?.length) {
@@ -517,6 +560,9 @@ export function tabs(pages: [string, HTMLElement][]): HTMLElement {
 /** The whole profile view: header, badges, tabs built from the data present. */
 export function renderProfile(p: IProfilePayload, actions: IProfileViewActions = {}): HTMLElement {
   const pages: [string, HTMLElement][] = [['Summary', summarySection(p, actions)]];
+  if (p.ranks_analysis?.ranks?.length) {
+    pages.push([`Ranks (${p.ranks_analysis.ranks.length})`, ranksSection(p)]);
+  }
   if (p.hot_ops?.length) {
     pages.push(['Hot path', hotPathSection(p, actions)]);
   }

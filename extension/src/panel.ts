@@ -326,6 +326,7 @@ export class ProfilerPanel extends Widget {
         el('td', { class: 'ns-CellPreview', text: firstLine.slice(0, 60), title: run.cell_source }),
         el('td', { text: run.mode }),
         el('td', { text: run.chip }),
+        el('td', { class: 'ns-Ranks', text: run.ranks > 1 ? `${run.ranks} ranks` : '1' }),
         el('td', { class: `ns-Status-${run.status}`, text: run.status }),
         el('td', { text: fmtNs(run.step_time_ns) }),
         el('td', { text: fmtPct(run.mfu) })
@@ -333,7 +334,7 @@ export class ProfilerPanel extends Widget {
       tr.addEventListener('click', () => void this.showRun(run.id));
       return tr;
     });
-    const head = el('tr', {}, ...['', 'Run', 'Name', 'Cell', 'Mode', 'Chip', 'Status', 'Step', 'MFU'].map(h => el('th', { text: h })));
+    const head = el('tr', {}, ...['', 'Run', 'Name', 'Cell', 'Mode', 'Chip', 'Ranks', 'Status', 'Step', 'MFU'].map(h => el('th', { text: h })));
     this._list.replaceChildren(el('table', { class: 'ns-Table ns-RunList' }, el('thead', {}, head), el('tbody', {}, ...rows)));
     this._highlight();
   }

@@ -151,6 +151,43 @@ export interface IProfilePayload {
   cost?: ICost | null;
   compare?: ICompare | null;
   warnings?: string[];
+  /** Multi-rank runs (`neuron-studio run -- torchrun ...`): number of ranks and the merged analysis. */
+  ranks?: number;
+  ranks_analysis?: IRanksAnalysis | null;
+}
+
+/** One rank of a multi-rank run. */
+export interface IRankRow {
+  rank: number;
+  step_time_ns?: number | null;
+  modeled_step_time_ns?: number | null;
+  mfu?: number | null;
+  collectives?: number | null;
+  comm_bytes?: number | null;
+  wait_ns?: number | null;
+  last_arrivals?: number | null;
+  overlap_share?: number | null;
+}
+
+/** The merged multi-rank analysis: per-rank rows, the straggler and the slowest collective. */
+export interface IRanksAnalysis {
+  ranks: IRankRow[];
+  straggler?: {
+    rank: number;
+    op: string;
+    caused_wait_ns: number;
+    compute_before_ns?: number | null;
+    others_compute_before_ns?: number | null;
+    op_before?: string | null;
+  } | null;
+  slowest_collective?: {
+    op: string;
+    index: number;
+    bytes: number;
+    span_ns: number;
+    last_rank: number;
+  } | null;
+  notes?: string[];
 }
 
 /** A row of `GET neuron-studio/runs`. */

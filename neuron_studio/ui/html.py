@@ -170,6 +170,50 @@ def _compare(s: dict) -> str:
     return head + _table(["op", "before", "after", "delta", ""], rows)
 
 
+def _ranks(block: dict | None) -> str:
+    if not block:
+        return ""
+    def pct(v: Any) -> str:
+        return "–" if v is None else f"{float(v) * 100:.1f}%"
+
+    head = ["rank", "step (host)", "step (modeled)", "MFU", "collectives", "comm bytes", "waited", "last arrivals",
+            "comm/compute overlap"]
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{c}</td>" for c in (
+            _e(r.get("rank")), fmt_ns(r.get("step_time_ns")), fmt_ns(r.get("modeled_step_time_ns")),
+            pct(r.get("mfu")), _e(r.get("collectives")), f"{float(r.get('comm_bytes') or 0):.3g}",
+            fmt_ns(r.get("wait_ns")), _e(r.get("last_arrivals")), pct(r.get("overlap_share")))) + "</tr>"
+        for r in block.get("ranks", []))
+    parts = ["<table><thead><tr>"
+             + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody></table>"]
+    s = block.get("straggler")
+    if s:
+        parts.append(f"<p><b>Straggler: rank {_e(s['rank'])}</b> — the other ranks wait {fmt_ns(s['caused_wait_ns'])} "
+                     f"in <code>{_e(s['op'])}</code>; its compute before that collective is "
+                     f"{fmt_ns(s['compute_before_ns'])} vs {fmt_ns(s['others_compute_before_ns'])} on the others"
+                     + (f" (last op before it: <code>{_e(s.get('op_before'))}</code>)" if s.get("op_before") else "")
+                     + ".</p>")
+    else:
+        parts.append("<p class='muted'>No straggler: no rank makes the others wait noticeably.</p>")
+    c = block.get("slowest_collective")
+    if c:
+        parts.append(f"<p>Slowest collective: <code>{_e(c['op'])}</code> #{_e(c['index'])} "
+                     f"({float(c['bytes']):.3g} bytes) spans {fmt_ns(c['span_ns'])}; last to arrive: rank "
+                     f"{_e(c['last_rank'])}.</p>")
+    coll = block.get("collectives") or []
+    if coll:
+        ch = ["op", "#", "bytes", "last rank", "max wait", "span"]
+        crow = "".join("<tr>" + "".join(f"<td>{x}</td>" for x in (
+            f"<code>{_e(r.get('op'))}</code>", _e(r.get("index")), f"{float(r.get('bytes') or 0):.3g}",
+            _e(r.get("last_rank")), fmt_ns(r.get("max_wait_ns")), fmt_ns(r.get("span_ns")))) + "</tr>"
+            for r in coll)
+        parts.append("<b>Collectives</b><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in ch)
+                     + f"</tr></thead><tbody>{crow}</tbody></table>")
+    parts.append("<div class='muted'>Per-rank times are each rank's measured host timeline, aligned on the job "
+                 "start; collective device time is modeled (NeuronLink).</div>")
+    return "".join(parts)
+
+
 def render_html(s: dict) -> str:
     uid = f"nstu{next(_ids)}"
     modeled = s.get("modeled", True)
@@ -199,6 +243,8 @@ def render_html(s: dict) -> str:
     tabs = [("Summary", "<b>Engines</b>" + _engines(s) + "<b>Hot path</b>" + _hot(s)),
             ("Timeline", _timeline_svg(s)), ("Op table", _op_table(s)), ("Hot path", _hot(s, 20)),
             ("Fallbacks & syncs", _issues(s)), ("Diff", _compare(s))]
+    if s.get("ranks_analysis"):
+        tabs.insert(1, (f"Ranks ({len(s['ranks_analysis'].get('ranks', []))})", _ranks(s["ranks_analysis"])))
     tab_css = "".join(f"#{uid}-t{i}:checked ~ .p{i}{{display:block}}#{uid}-t{i}:checked + label{{background:#fff;font-weight:600}}"
                       for i in range(len(tabs)))
     tab_html = "".join(

@@ -5,7 +5,7 @@ from typing import Any
 
 from neuron_studio.ui.html import fmt_ns
 
-__all__ = ["render_text"]
+__all__ = ["render_text", "render_ranks_text"]
 
 
 def _pct(v: Any) -> str:
@@ -41,4 +41,25 @@ def render_text(s: dict, *, top: int = 5) -> str:
         lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")
     for w in s.get("warnings") or []:
         lines.append(f"  ! {w}")
+    if s.get("ranks_analysis"):
+        lines.append(render_ranks_text(s["ranks_analysis"]))
+    return "\n".join(lines)
+
+
+def render_ranks_text(block: dict) -> str:
+    """Per-rank lines of a multi-rank run (straggler, slowest collective)."""
+    lines = ["  ranks:"]
+    for r in block.get("ranks", []):
+        lines.append(f"    rank {r['rank']}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
+                     f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
+                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%")
+    s = block.get("straggler")
+    if s:
+        lines.append(f"  straggler: rank {s['rank']} — the others wait {fmt_ns(s['caused_wait_ns'])} in {s['op']} "
+                     f"(its compute before it: {fmt_ns(s['compute_before_ns'])} vs "
+                     f"{fmt_ns(s['others_compute_before_ns'])})")
+    c = block.get("slowest_collective")
+    if c:
+        lines.append(f"  slowest collective: {c['op']} #{c['index']} ({c['bytes']:.0f} B) spans "
+                     f"{fmt_ns(c['span_ns'])}, last rank {c['last_rank']}")
     return "\n".join(lines)
