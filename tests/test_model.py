@@ -331,3 +331,23 @@ def test_more_bytes_never_faster(name, a, b, dt, chip) -> None:
     small, big = sorted((a, b))
     t = [model_run([ev(1, name, ins=((s,),), dt=dt)], chip=chip).summary.step_time_ns for s in (small, big)]
     assert t[1] >= t[0]
+
+
+def test_collectives_are_charged_on_neuronlink_with_ring_factors():
+    """An all-reduce of B bytes over n ranks moves 2(n-1)/n x B on NeuronLink, plus a fixed latency."""
+    import dataclasses
+
+    nbytes = 64 * 2**20
+    coll = dataclasses.replace(ev(1, "c10d::allreduce_", ins=((nbytes // 4,),), outs=((nbytes // 4,),)),
+                               transfer_bytes=nbytes, tags=("collective",))
+    cfg = ModelConfig()
+    link = chip_spec("trn2").neuronlink_bandwidth_bytes_per_s
+    for world, factor in ((2, 1.0), (4, 1.5), (8, 1.75)):
+        run = model_run([coll], chip="trn2", mode="eager", world_size=world)
+        dur = float(run.ops["duration_ns"][0])
+        assert run.ops["engine"][0] == "dma" and run.ops["bound"][0] == "memory"
+        assert dur == pytest.approx(nbytes * factor / link * 1e9 + cfg.collective_latency_ns, rel=1e-9)
+    single = model_run([coll], chip="trn2", mode="eager", world_size=1)
+    assert float(single.ops["duration_ns"][0]) == pytest.approx(cfg.collective_latency_ns)  # one rank: no traffic
+    trn3 = model_run([coll], chip="trn3", mode="eager", world_size=8)
+    assert float(trn3.ops["duration_ns"][0]) < dur              # NeuronLink-v4 is faster

@@ -236,9 +236,12 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
 
 
 def _link_bytes(cols: OpColumns, order: np.ndarray | None, world_size: int) -> np.ndarray | None:
-    factors = np.asarray([collective_factor(str(nm), world_size) for nm in cols.names], dtype=np.float64)
-    if not len(factors) or not factors.any():
+    """NeuronLink bytes per row for collectives (NaN for other ops); None when the run has no collective."""
+    is_coll = np.asarray([str(nm).startswith("c10d::") for nm in cols.names], dtype=bool)
+    if not len(is_coll) or not is_coll.any():
         return None
+    factors = np.asarray([collective_factor(str(nm), world_size) if c else np.nan
+                          for nm, c in zip(cols.names, is_coll)], dtype=np.float64)
     f = factors[cols.name_code]
     msg = np.where(cols.transfer_bytes > 0, cols.transfer_bytes, np.maximum(cols.in_bytes, cols.out_bytes))
     return _take(f * msg, order)
@@ -295,8 +298,9 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
         dur = np.where(fb, s.host_ns + copies, dur)
     coll = None
     if s.link_bytes is not None and rates.link_bytes > 0:
-        coll = s.link_bytes > 0
-        dur = np.where(coll, s.link_bytes / rates.link_bytes * 1e9 + config.collective_latency_ns, dur)
+        coll = ~np.isnan(s.link_bytes)  # a collective on one rank moves nothing: latency only
+        dur = np.where(coll, np.nan_to_num(s.link_bytes) / rates.link_bytes * 1e9 + config.collective_latency_ns,
+                       dur)
     bound = np.where(comp >= mem, B_COMPUTE, B_MEMORY).astype(np.int8)
     if coll is not None:
         bound[coll] = B_MEMORY
