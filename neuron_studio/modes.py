@@ -8,7 +8,6 @@ hardware the backend defers to TorchNeuron's own.
 """
 from __future__ import annotations
 
-import itertools
 import os
 import time
 import warnings
@@ -23,7 +22,6 @@ __all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "S
            "compile_cell_function"]
 
 MODES = ("eager", "adaptive", "compile")
-_launch_ids = itertools.count(1)
 
 
 class StaticShapeError(RuntimeError):
@@ -124,7 +122,7 @@ def _graph_runner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Call
             if not bus.active:
                 return gm(*args)
             prev = bus.current_graph
-            bus.current_graph = next(_launch_ids)
+            bus.current_graph = bus.next_graph_launch()
             try:
                 return _RecordingInterpreter(gm, 0).run(*args)
             finally:

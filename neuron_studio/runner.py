@@ -5,7 +5,6 @@ Kept apart from magics.py (which only parses) so the CLI and tests can drive the
 from __future__ import annotations
 
 import ast
-import itertools
 import linecache
 import os
 import time
@@ -19,8 +18,6 @@ from neuron_studio import device as _device
 from neuron_studio.session import load_profile, save_profile, session
 
 __all__ = ["CellRun", "run_cell", "device_report", "runs_table", "show_run", "compare_runs", "porting_check"]
-
-_cell_counter = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -41,7 +38,7 @@ def _cell_filename(shell: Any) -> str:
     """`cell-<In number>` of the running cell: IPython caches each cell under its number before running it
     (its `execution_count` may already point at the next cell)."""
     fmap = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    count = max(fmap.values()) if fmap else (getattr(shell, "execution_count", None) or next(_cell_counter))
+    count = max(fmap.values()) if fmap else (getattr(shell, "execution_count", None) or 0)
     return f"cell-{count}"
 
 

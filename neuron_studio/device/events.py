@@ -121,10 +121,16 @@ class EventBus:
         self.want_source = False
         self.current_graph = -1  # set by the compile backend while a compiled graph runs
         self._seq = 0
+        self._graph_launches = 0
 
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
+
+    def next_graph_launch(self) -> int:
+        """A new id for one execution of a compiled graph (its ops share it in `OpEvent.graph`)."""
+        self._graph_launches += 1
+        return self._graph_launches
 
     @property
     def last_seq(self) -> int:
