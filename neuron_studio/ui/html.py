@@ -6,12 +6,11 @@ VS Code, nbviewer and GitHub, with or without a kernel. Renders the summary payl
 from __future__ import annotations
 
 import html
-import itertools
+import uuid
 from typing import Any
 
 __all__ = ["render_html", "fmt_ns", "CSS"]
 
-_ids = itertools.count(1)
 ENGINE_COLORS = {"tensor": "#4e79a7", "vector": "#59a14f", "scalar": "#f28e2b", "gpsimd": "#b07aa1",
                  "dma": "#9c755f", "host": "#e15759"}
 
@@ -215,7 +214,7 @@ def _ranks(block: dict | None) -> str:
 
 
 def render_html(s: dict) -> str:
-    uid = f"nstu{next(_ids)}"
+    uid = f"nstu{uuid.uuid4().hex[:10]}"  # unique per output: several profiles can share a page
     modeled = s.get("modeled", True)
     badges = s.get("badges") or {}
     cost = s.get("cost") or {}
