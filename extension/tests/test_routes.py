@@ -310,3 +310,17 @@ def test_store_is_loaded_without_importing_neuron_studio_package() -> None:
     mod = core.run_store_module()
     assert hasattr(mod, "RunStore")
     assert os.path.basename(mod.__file__) == "store.py"
+
+
+def test_labextension_is_installed_and_enabled():
+    """`pip install ./extension` ships the prebuilt labextension: JupyterLab lists it as enabled."""
+    import shutil
+    import subprocess
+    import sys
+
+    exe = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or shutil.which("jupyter")
+    assert exe, "jupyter is not installed next to this python"
+    out = subprocess.run([exe, "labextension", "list"], capture_output=True, text=True, timeout=120)
+    text = out.stdout + out.stderr
+    line = next((ln for ln in text.splitlines() if "neuron-studio-lab" in ln), "")
+    assert "enabled" in line and "OK" in line, text
