@@ -32,6 +32,11 @@ __all__ = ["Capture", "profile", "MODES"]
 MODES = ("eager", "adaptive", "compile")
 
 
+def _autograd_seq() -> int:
+    """Next autograd sequence number of this thread (backward nodes carry the number of their forward op)."""
+    return int(torch._C._autograd._get_sequence_nr())
+
+
 _GATED = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
 
 
@@ -53,6 +58,7 @@ class _ModuleTracker:
         self.trans_seq: list[int] = []
         self.trans_path: list[str] = []
         self.trans_phase: list[str] = []
+        self.trans_autograd: list[int] = []  # autograd sequence number at each transition (forward thread)
         self.names: dict[int, str] = {}
         self.classes: dict[str, str] = {}  # module path -> class name (for kernel lookups)
         self.handles: list[Any] = []
@@ -80,6 +86,7 @@ class _ModuleTracker:
         return name
 
     def _mark(self, phase: str) -> None:
+        self.trans_autograd.append(_autograd_seq())
         self.trans_seq.append(self.bus.last_seq)
         self.trans_path.append(self.stack[-1] if self.stack else "")
         self.trans_phase.append(phase)
@@ -126,6 +133,13 @@ class _ModuleTracker:
             h.remove()
         self.handles = []
         self._modules_by_path = {}
+
+    def module_of_forward(self, autograd_seq: int) -> str:
+        """The module that was running when the forward op with this autograd sequence number ran."""
+        if not self.trans_autograd:
+            return ""
+        i = int(np.searchsorted(np.asarray(self.trans_autograd, dtype=np.int64), autograd_seq, side="right")) - 1
+        return self.trans_path[i] if i >= 0 else ""
 
     def assign(self, seqs: np.ndarray) -> tuple[list[str], list[str]]:
         """Module path and phase for each op sequence number."""
@@ -250,8 +264,9 @@ class Capture:
         for i, e in enumerate(events):
             if "backward" in e.tags:
                 phases[i] = "backward"
-                if not modules[i]:
-                    modules[i] = "(backward)"
+                fwd = next((t for t in e.tags if t.startswith("fwd_seq=")), None)
+                path = self._tracker.module_of_forward(int(fwd[8:])) if fwd else ""
+                modules[i] = f"{path} (backward)" if path else "(backward)"
         steps = self._step_index(seqs)
         ops = ops_frame(events, modules=modules, phases=phases, steps=steps.tolist())
         if self.warmup:

@@ -149,7 +149,9 @@ class Profile:
             classes = self.trace.meta.get("module_classes", {}) or {}
 
             def lookup(op: str, module: str) -> list[dict]:
-                # the innermost enclosing module whose class has a kernel wins (RMSNorm, MLP, Attention, ...)
+                # the innermost enclosing module whose class has a kernel wins (RMSNorm, MLP, Attention, ...);
+                # a backward op belongs to its forward module
+                module = module.removesuffix(" (backward)").removesuffix("(backward)")
                 parts = module.split(".") if module else []
                 for i in range(len(parts), 0, -1):
                     path = ".".join(parts[:i])

@@ -415,7 +415,9 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     if torch.are_deterministic_algorithms_enabled():
         tags = tags + ("deterministic",)
     if torch._C._current_graph_task_id() != -1:
-        tags = tags + ("backward",)
+        node = torch._C._current_autograd_node()
+        # the forward op's autograd sequence number lets the profiler name the module it came from
+        tags = tags + (("backward", f"fwd_seq={node._sequence_nr()}") if node is not None else ("backward",))
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
