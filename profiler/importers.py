@@ -577,7 +577,14 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
         j = int(np.flatnonzero(dur < 0)[0])
         raise _Bad(f"event {where(j)}: negative duration {dur[j]}")
     cat_arr = np.asarray(cats, dtype=object)
-    keep = cat_arr != "Trace"                                       # the profiler's own whole-run span
+    # string tests run once per distinct value (a few hundred names), then broadcast through codes
+    cat_codes, cat_uni = pd.factorize(cat_arr)
+    cat_uni = list(cat_uni)
+
+    def cat_is(value: str) -> np.ndarray:
+        return cat_codes == cat_uni.index(value) if value in cat_uni else np.zeros(n, dtype=bool)
+
+    keep = ~cat_is("Trace")                                         # the profiler's own whole-run span
     t0 = float(ts[keep].min()) if keep.any() else 0.0
     if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
         raise _Bad("timestamps or durations out of range (more than 100 days apart)")
@@ -586,9 +593,14 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
     start_ns = np.rint((ts - t0) * 1000.0).astype(np.int64)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
     name_arr = np.asarray(names, dtype=object)
-    op_rows = np.flatnonzero((cat_arr == "cpu_op") & keep)
-    op_rows = op_rows[[("::" in x and not x.startswith("autograd::")) for x in name_arr[op_rows]]] \
-        if len(op_rows) else op_rows
+    name_codes, name_uni = pd.factorize(name_arr)
+
+    def name_matches(pred: Any) -> np.ndarray:
+        per_name = np.fromiter((bool(pred(x)) for x in name_uni), dtype=bool, count=len(name_uni))
+        return per_name[name_codes] if n else np.zeros(0, dtype=bool)
+
+    is_cpu_op = cat_is("cpu_op") & keep
+    op_rows = np.flatnonzero(is_cpu_op & name_matches(lambda x: "::" in x and not x.startswith("autograd::")))
     args = [xs[i].get("args") for i in op_rows]
     args = [a if type(a) is dict else _EMPTY for a in args]
     dims = [a.get("Input Dims") for a in args]
@@ -612,12 +624,10 @@ def _plain(events: list, doc: dict, name: str) -> Trace:
     rows = op_rows[leaf]
 
     # phase: inside an autograd engine function → backward; step: inside "ProfilerStep#N"
-    cpu = np.flatnonzero((cat_arr == "cpu_op") & keep)
-    bwr = cpu[[x.startswith("autograd::engine::evaluate_function") for x in name_arr[cpu]]] if len(cpu) else cpu
+    bwr = np.flatnonzero(is_cpu_op & name_matches(lambda x: x.startswith("autograd::engine::evaluate_function")))
     phase = _containing(s[leaf], e[leaf], th[leaf], start_ns[bwr], start_ns[bwr] + dur_ns[bwr], tids[bwr],
                         np.full(len(bwr), "backward", dtype=object), "forward")
-    ann = np.flatnonzero(cat_arr == "user_annotation")
-    ann = ann[[x.startswith("ProfilerStep#") for x in name_arr[ann]]] if len(ann) else ann
+    ann = np.flatnonzero(cat_is("user_annotation") & name_matches(lambda x: x.startswith("ProfilerStep#")))
     step_no = np.asarray([_step_number(name_arr[i]) for i in ann], dtype=np.int64)
     okstep = step_no >= 0
     ann, step_no = ann[okstep], step_no[okstep]
