@@ -14,6 +14,7 @@ are tagged by the autograd engine's graph task.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -30,6 +31,18 @@ from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
 __all__ = ["Capture", "profile", "MODES"]
 
 MODES = ("eager", "adaptive", "compile")
+
+
+def _forward_sources(events: list) -> dict[int, str]:
+    """autograd sequence number -> source line of the forward op that created that backward node."""
+    out: dict[int, str] = {}
+    for e in events:
+        if e.source is None:
+            continue
+        for t in e.tags:
+            if t.startswith("seq="):
+                out.setdefault(int(t[4:]), e.source)  # the first op after the counter moved made the node
+    return out
 
 
 def _autograd_seq() -> int:
@@ -261,12 +274,16 @@ class Capture:
             self._warnings = None
         seqs = np.fromiter((e.seq for e in events), dtype=np.int64, count=len(events))
         modules, phases = self._tracker.assign(seqs)
+        fwd_source = _forward_sources(events)
         for i, e in enumerate(events):
             if "backward" in e.tags:
                 phases[i] = "backward"
                 fwd = next((t for t in e.tags if t.startswith("fwd_seq=")), None)
                 path = self._tracker.module_of_forward(int(fwd[8:])) if fwd else ""
                 modules[i] = f"{path} (backward)" if path else "(backward)"
+                if fwd and e.source is None and int(fwd[8:]) in fwd_source:
+                    # the user line of the forward op this backward op differentiates
+                    events[i] = dataclasses.replace(e, source=fwd_source[int(fwd[8:])])
         steps = self._step_index(seqs)
         ops = ops_frame(events, modules=modules, phases=phases, steps=steps.tolist())
         if self.warmup:

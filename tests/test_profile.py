@@ -162,3 +162,15 @@ def test_invalid_options_raise_clear_errors():
         Capture(chip="trn9")
     with pytest.raises(ValueError, match="steps must be >= 1"):
         neuron_studio.profile(lambda: None, steps=0)
+
+
+def test_backward_ops_carry_their_forward_module_and_source_line():
+    torch.manual_seed(0)
+    m = TransformerBlock(32, 2).to("neuron")
+    x = torch.randn(2, 8, 32, device="neuron")
+    prof = profile(lambda: m(x).sum().backward(), steps=1, mode="eager")
+    ops = prof.trace.ops
+    bwd = ops[(ops["phase"] == "backward") & (ops["module"] == "TransformerBlock.mlp.down (backward)")]
+    assert len(bwd) > 0
+    # the forward line that called self.down(...) in tests/models/blocks.py
+    assert bwd["source"].dropna().str.endswith("blocks.py:41").all() and bwd["source"].notna().any()

@@ -416,8 +416,11 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         tags = tags + ("deterministic",)
     if torch._C._current_graph_task_id() != -1:
         node = torch._C._current_autograd_node()
-        # the forward op's autograd sequence number lets the profiler name the module it came from
+        # the forward op's autograd sequence number lets the profiler name its module and source line
         tags = tags + (("backward", f"fwd_seq={node._sequence_nr()}") if node is not None else ("backward",))
+    elif torch.is_grad_enabled():
+        # autograd numbered this op's backward node before dispatching to us: the counter is one past it
+        tags = tags + (f"seq={torch._C._autograd._get_sequence_nr() - 1}",)
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
