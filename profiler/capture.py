@@ -228,6 +228,7 @@ class Capture:
         self._tracker = _ModuleTracker(bus)
         self._tracker.start()
         self._compile_start = len(self.registry.compile_log)
+        self._record_errors0 = bus.record_errors
         self._t_perf0 = time.perf_counter_ns()
         self._t_wall0 = time.time_ns()
         if self.host_events:
@@ -307,6 +308,7 @@ class Capture:
             "torch_version": torch.__version__,
             "wall_ns": int(t_end - t0),
             "dropped_events": int(dropped),
+            "unrecorded_ops": int(self.registry.bus.record_errors - getattr(self, "_record_errors0", 0)),
             "figures": {
                 "device_time": "measured" if self.registry.backend == "real" else "modeled",
                 "engine_utilization": "measured" if self.registry.backend == "real" else "modeled",

@@ -114,6 +114,8 @@ def _trace_warnings(meta: dict) -> list[str]:
     out = []
     if meta.get("dropped_events"):
         out.append(f"{meta['dropped_events']} op events were dropped (buffer full); figures undercount")
+    if meta.get("unrecorded_ops"):
+        out.append(f"{meta['unrecorded_ops']} ops ran but their events could not be recorded; figures undercount")
     if meta.get("host_events_error"):
         out.append(f"host events unavailable: {meta['host_events_error']}")
     return out

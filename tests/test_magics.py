@@ -194,3 +194,12 @@ def test_hostile_names_are_escaped_in_html():
          "recompiles": [{"graph": hostile, "shape": hostile, "reason": hostile}], "cost": {}, "warnings": [hostile]}
     out = render_html(s)
     assert "<script>" not in out and "&lt;script&gt;" in out
+
+
+def test_the_magics_own_sync_is_not_a_user_sync_point(ip):
+    res = run(ip, "--name quiet-step --steps 2")
+    assert res.result.summary_payload["badges"]["sync_points"] == 0
+    ops = res.result.trace.ops
+    assert (ops["name"] == "neuron::synchronize").sum() == 1      # still modeled: the device is synced once
+    res = run(ip, "--name user-sync", STEP + "torch.neuron.synchronize()\n")
+    assert res.result.summary_payload["badges"]["sync_points"] == 1

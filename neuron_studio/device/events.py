@@ -21,6 +21,7 @@ __all__ = [
     "SYNC_EXPLICIT",
     "TRANSFER_H2D",
     "TRANSFER_D2H",
+    "TAG_TIMING_SYNC",
 ]
 
 # Why an op forced the host to wait for the device (and so closed an adaptive-eager fusion group).
@@ -29,6 +30,8 @@ SYNC_TO_HOST = "to_host"                # .cpu(), .numpy() after .cpu(), copies 
 SYNC_PRINT = "print"                    # repr/print of a neuron tensor
 SYNC_DATA_DEPENDENT = "data_dependent"  # output shape depends on values (nonzero, unique, masked_select)
 SYNC_EXPLICIT = "synchronize"           # torch.neuron.synchronize()
+
+TAG_TIMING_SYNC = "timing_sync"         # the profiler's own end-of-run synchronize, not the user's
 
 TRANSFER_H2D = "h2d"
 TRANSFER_D2H = "d2h"
@@ -122,6 +125,7 @@ class EventBus:
         self.current_graph = -1  # set by the compile backend while a compiled graph runs
         self._seq = 0
         self._graph_launches = 0
+        self.record_errors = 0  # ops whose event could not be built (counted, never raised)
 
     def next_seq(self) -> int:
         self._seq += 1

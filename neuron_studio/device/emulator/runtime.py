@@ -95,7 +95,15 @@ class device:
 
 def synchronize(device: Any = None) -> None:
     """Execution is synchronous on the emulator; the call is recorded as a sync point for the model."""
-    idx = _index(device)
+    _record_sync(_index(device), ())
+
+
+def synchronize_for_timing(device: Any = None) -> None:
+    """The profiler's own end-of-run sync: modeled like any sync, but not reported as the user's sync point."""
+    _record_sync(_index(device), (ev.TAG_TIMING_SYNC,))
+
+
+def _record_sync(idx: int, tags: tuple[str, ...]) -> None:
     bus = _reg().bus
     if bus.active:
         now = time.perf_counter_ns()
@@ -103,7 +111,7 @@ def synchronize(device: Any = None) -> None:
             ev.OpEvent(
                 seq=bus.next_seq(), name="neuron::synchronize", overload="default", start_ns=now, end_ns=now,
                 thread=threading.get_ident(), device_index=idx, input_shapes=(), input_dtypes=(),
-                output_shapes=(), output_dtypes=(), sync=ev.SYNC_EXPLICIT, graph=bus.current_graph,
+                output_shapes=(), output_dtypes=(), sync=ev.SYNC_EXPLICIT, graph=bus.current_graph, tags=tags,
             )
         )
 

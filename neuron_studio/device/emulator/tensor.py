@@ -376,7 +376,10 @@ def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
     t1 = time.perf_counter_ns()
     to_host = target < 0 and func is aten._to_copy.default
     result = out if to_host else _rewrap(out, args, uargs, kwargs, target)
-    _record(func, args, uargs, kw, out, t0, t1, target)
+    try:
+        _record(func, args, uargs, kw, out, t0, t1, target)
+    except Exception:  # noqa: BLE001 - recording must never break the user's op (or abort autograd's thread)
+        _bus.record_errors += 1
     return result
 
 
@@ -415,9 +418,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     if torch.are_deterministic_algorithms_enabled():
         tags = tags + ("deterministic",)
     if torch._C._current_graph_task_id() != -1:
-        node = torch._C._current_autograd_node()
         # the forward op's autograd sequence number lets the profiler name its module and source line
-        tags = tags + (("backward", f"fwd_seq={node._sequence_nr()}") if node is not None else ("backward",))
+        tags = tags + _backward_tags()
     elif torch.is_grad_enabled():
         # autograd numbered this op's backward node before dispatching to us: the counter is one past it
         tags = tags + (f"seq={torch._C._autograd._get_sequence_nr() - 1}",)
@@ -453,6 +455,16 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         fields["tags"] = event.tags + tuple(fields.get("tags", ()))
         event = dataclasses.replace(event, **fields)
     bus.publish(event)
+
+
+def _backward_tags() -> tuple[str, ...]:
+    # runs on the autograd engine's thread, where an exception would abort the process: never raise
+    try:
+        node = torch._C._current_autograd_node()
+        seq = node._sequence_nr() if node is not None else None
+    except Exception:  # noqa: BLE001 - some nodes (hooks, custom functions) carry no sequence number
+        seq = None
+    return ("backward", f"fwd_seq={seq}") if isinstance(seq, int) else ("backward",)
 
 
 def record_op(func, args, kwargs, out, t0: int, t1: int, index: int) -> None:  # noqa: ANN001
