@@ -483,29 +483,30 @@ function diffSection(p: IProfilePayload): HTMLElement {
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
 /** The summary's binned engine utilization as heat strips (no server round trip). */
-export function summaryTimelineSvg(tl: NonNullable<IProfilePayload['timeline']>): SVGSVGElement | null {
-  const starts = Array.isArray(tl.start_ns) ? tl.start_ns : [];
-  const names = [...ENGINES, ...Object.keys(tl).filter(k => k !== 'start_ns' && k !== 'end_ns' && !(ENGINES as readonly string[]).includes(k))]
-    .filter(e => Array.isArray(tl[e]));
-  if (!starts.length || !names.length) {
-    return null;
-  }
-  const rowH = 16;
+/** Binned per-engine utilization as SVG rows: one row per engine, one rect per busy bin. */
+export function engineBinsSvg(
+  tracks: [string, number[]][],
+  binLabel: (i: number) => string,
+  axisText: string,
+  rowH = 16,
+  cls = 'ns-Timeline'
+): SVGSVGElement {
   const labelW = 60;
   const width = 720;
-  const binW = (width - labelW) / starts.length;
-  const height = names.length * rowH + 16;
+  const bins = Math.max(1, ...tracks.map(([, v]) => v.length));
+  const binW = (width - labelW) / bins;
+  const height = tracks.length * rowH + 16;
   const mk = (tag: string, attrs: Record<string, string | number>) => {
     const n = document.createElementNS(SVG_NS, tag);
     Object.entries(attrs).forEach(([k, v]) => n.setAttribute(k, String(v)));
     return n;
   };
-  const root = mk('svg', { class: 'ns-Timeline ns-SummaryTimeline', width, height, viewBox: `0 0 ${width} ${height}`, role: 'img' }) as SVGSVGElement;
-  names.forEach((name, row) => {
+  const root = mk('svg', { class: cls, width, height, viewBox: `0 0 ${width} ${height}`, role: 'img' }) as SVGSVGElement;
+  tracks.forEach(([name, values], row) => {
     const label = mk('text', { x: 0, y: row * rowH + 12, class: 'ns-Timeline-label' });
     label.textContent = name;
     root.appendChild(label);
-    tl[name].forEach((u, i) => {
+    values.forEach((u, i) => {
       if (!isNum(u) || u <= 0) {
         return;
       }
@@ -518,16 +519,32 @@ export function summaryTimelineSvg(tl: NonNullable<IProfilePayload['timeline']>)
         'fill-opacity': Math.max(0.08, Math.min(1, u)).toFixed(3)
       });
       const tip = mk('title', {});
-      tip.textContent = `${name}: ${fmtPct(u)} at ${fmtNs((starts[i] ?? 0) - starts[0])}`;
+      tip.textContent = `${name}: ${fmtPct(u)} at ${binLabel(i)}`;
       rect.appendChild(tip);
       root.appendChild(rect);
     });
   });
-  const ends = Array.isArray(tl.end_ns) ? tl.end_ns : [];
-  const axis = mk('text', { x: labelW, y: names.length * rowH + 13, class: 'ns-Timeline-axis' });
-  axis.textContent = `0 … ${fmtNs((ends[ends.length - 1] ?? starts[starts.length - 1]) - starts[0])}`;
+  const axis = mk('text', { x: labelW, y: tracks.length * rowH + 13, class: 'ns-Timeline-axis' });
+  axis.textContent = axisText;
   root.appendChild(axis);
   return root;
+}
+
+export function summaryTimelineSvg(tl: NonNullable<IProfilePayload['timeline']>): SVGSVGElement | null {
+  const starts = Array.isArray(tl.start_ns) ? tl.start_ns : [];
+  const names = [...ENGINES, ...Object.keys(tl).filter(k => k !== 'start_ns' && k !== 'end_ns' && !(ENGINES as readonly string[]).includes(k))]
+    .filter(e => Array.isArray(tl[e]));
+  if (!starts.length || !names.length) {
+    return null;
+  }
+  const ends = Array.isArray(tl.end_ns) ? tl.end_ns : [];
+  return engineBinsSvg(
+    names.map(n => [n, tl[n] as number[]]),
+    i => fmtNs((starts[i] ?? 0) - starts[0]),
+    `0 … ${fmtNs((ends[ends.length - 1] ?? starts[starts.length - 1]) - starts[0])}`,
+    16,
+    'ns-Timeline ns-SummaryTimeline'
+  );
 }
 
 /** Tabs: a bar of buttons and one visible page. */

@@ -7,6 +7,7 @@ import { Widget } from '@lumino/widgets';
 import {
   bar,
   el,
+  engineBinsSvg,
   fmtNs,
   fmtPct,
   fmtSignedPct,
@@ -27,59 +28,18 @@ import {
   ITimelineResponse
 } from './tokens';
 
-const SVG_NS = 'http://www.w3.org/2000/svg';
 const TIMELINE_BINS = 120;
 const OPS_PAGE_SIZE = 100;
-
-function svg<K extends keyof SVGElementTagNameMap>(tag: K, attrs: Record<string, string | number>): SVGElementTagNameMap[K] {
-  const node = document.createElementNS(SVG_NS, tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    node.setAttribute(k, String(v));
-  }
-  return node;
-}
 
 /** Per-engine utilization heat strips: one row per engine, one rect per bin. */
 export function timelineSvg(t: ITimelineResponse): SVGSVGElement {
   const names = [...ENGINES, ...Object.keys(t.engines).filter(e => !(ENGINES as readonly string[]).includes(e))];
-  const rowH = 18;
-  const labelW = 60;
-  const width = 720;
-  const binW = (width - labelW) / Math.max(1, t.bins);
-  const root = svg('svg', {
-    class: 'ns-Timeline',
-    width,
-    height: names.length * rowH + 16,
-    viewBox: `0 0 ${width} ${names.length * rowH + 16}`,
-    role: 'img'
-  });
-  names.forEach((name, row) => {
-    const values = t.engines[name] ?? [];
-    const label = svg('text', { x: 0, y: row * rowH + 13, class: 'ns-Timeline-label' });
-    label.textContent = name;
-    root.appendChild(label);
-    values.forEach((u, i) => {
-      if (u <= 0) {
-        return;
-      }
-      const rect = svg('rect', {
-        x: labelW + i * binW,
-        y: row * rowH + 2,
-        width: Math.max(binW, 0.5),
-        height: rowH - 4,
-        class: `ns-Timeline-bin ns-Engine-${name}`,
-        'fill-opacity': Math.max(0.08, Math.min(1, u)).toFixed(3)
-      });
-      const tip = svg('title', {});
-      tip.textContent = `${name}: ${fmtPct(u)} at ${fmtNs(t.start_ns + i * t.bin_ns)}`;
-      rect.appendChild(tip);
-      root.appendChild(rect);
-    });
-  });
-  const axis = svg('text', { x: labelW, y: names.length * rowH + 13, class: 'ns-Timeline-axis' });
-  axis.textContent = `${fmtNs(0)} … ${fmtNs(t.end_ns - t.start_ns)} (${t.total_ops.toLocaleString()} ops, ${t.cores} core${t.cores === 1 ? '' : 's'})`;
-  root.appendChild(axis);
-  return root;
+  return engineBinsSvg(
+    names.map(n => [n, t.engines[n] ?? []]),
+    i => fmtNs(t.start_ns + i * t.bin_ns),
+    `${fmtNs(0)} … ${fmtNs(t.end_ns - t.start_ns)} (${t.total_ops.toLocaleString()} ops, ${t.cores} core${t.cores === 1 ? '' : 's'})`,
+    18
+  );
 }
 
 function opsPageTable(rows: IDeviceOp[]): HTMLTableElement {
