@@ -82,6 +82,11 @@ def _default_entries() -> list[KernelEntry]:
                     target="swiglu_mlp:swiglu_mlp_kernel", note="module with gate/up/down linears + SiLU"),
         KernelEntry("rope_kernel", "candidate", ops=("*apply_rotary_pos_emb*",),
                     module_classes=("*RotaryEmbedding",), target="rope:rope_kernel"),
+        # The NKI Library (package `nki-library`, module `nkilib`) ships a fused Adam kernel; an optimizer
+        # step in eager mode is dozens of small elementwise launches per parameter group.
+        KernelEntry("fused_adam", "candidate", module_paths=("optimizer.Adam", "optimizer.AdamW"),
+                    note="NKI Library (pip install nki-library; nkilib) fused-adam: one kernel per step instead of "
+                         "the foreach ops"),
     ]
 
 

@@ -99,7 +99,10 @@ def test_hot_path_points_to_kernels(training_profile):
     kinds = {k["kind"] for k in linked}
     assert "candidate" in kinds
     assert any(k["file"] and k["file"].endswith(".py") and isinstance(k["line"], int) for k in linked)
-    assert all(k["saving_ns"] >= 0 for k in linked)
+    assert all(k["saving_ns"] >= 0 for k in linked if k["file"])
+    # the optimizer's foreach ops point at the NKI Library's fused Adam (outside this repo: no modeled saving)
+    adam = [k for h in prof.hot_path(top_share=1.0, max_ops=50) if h.module == "optimizer.AdamW" for k in h.kernels]
+    assert adam and adam[0]["kernel"] == "fused_adam" and adam[0]["saving_ns"] is None
 
 
 def test_fallbacks_syncs_recompiles_transfers(training_profile):

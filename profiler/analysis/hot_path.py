@@ -93,6 +93,9 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
     for h in hot:
         for k in h.kernels:
             pattern = str(k.get("pattern") or "")
+            if k.get("kind") == "candidate" and not k.get("file"):
+                k["saving_ns"] = None  # a kernel outside this repo (e.g. the NKI Library): not modeled here
+                continue
             if pattern.startswith("aten::") or not h.module:
                 sel = ops[(ops["op"] == h.op) & (ops["module"] == h.module)]
                 fused = _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
