@@ -15,31 +15,17 @@ import argparse
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import neuron_studio
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.models.blocks import PreNormBlock  # noqa: E402
+
 COMMAND = "python benchmarks/bench_device.py"
-
-
-class Block(nn.Module):
-    def __init__(self, d: int = 512, heads: int = 8) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
 
 
 def _time(fn, n: int = 1) -> float:  # noqa: ANN001
@@ -114,7 +100,7 @@ def bench_mlp(reps: int) -> list[tuple]:
 def bench_block(reps: int) -> list[tuple]:
     def make(dev: str):  # noqa: ANN202
         torch.manual_seed(0)
-        model = Block().to(dev)
+        model = PreNormBlock(512, 8).to(dev)
         x = torch.randn(8, 256, 512).to(dev)
 
         def step() -> None:

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import neuron_studio
+from tests.models.blocks import PreNormBlock
 
 pytestmark = pytest.mark.skipif(neuron_studio.device.backend() != "emulated", reason="emulator runs CPU kernels")
 
@@ -42,23 +43,7 @@ class CNN(nn.Module):
         return self.fc(self.drop(x.flatten(1)))
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block with causal F.scaled_dot_product_attention."""
-
-    def __init__(self, d: int = 32, heads: int = 4) -> None:
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
-        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
-        return x + self.mlp(self.ln2(x))
+Block = PreNormBlock  # d=32, heads=4 by default
 
 
 class NormMLP(nn.Module):
