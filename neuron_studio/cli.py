@@ -253,13 +253,13 @@ def load_rank_profiles(store: Any, rec: Any) -> dict[int, Any]:
     from neuron_studio._activate import rank_table
     from neuron_studio.profiler.profile import Profile
     from neuron_studio.profiler.trace import Trace
-    from neuron_studio.session import load_profile
+    from neuron_studio.session import load_stored_profile
 
     tables = set(store.list_tables(rec.id))
     if rec.ranks <= 1:
         if "ops" not in tables:
             return {}
-        return {0: load_profile(store, rec)}
+        return {0: load_stored_profile(store, rec)}
     out = {}
     for r in range(rec.ranks):
         name = rank_table("ops", r, rec.ranks)
@@ -323,7 +323,7 @@ def _finish(store: Any, run_id: int, rc: int, interrupted: bool, wall: float, na
 
 def _ranks_summary(profiles: dict[int, Any]) -> dict:
     from neuron_studio.profiler.analysis.ranks import analyze_ranks
-    from neuron_studio.profiler.summary import _finite
+    from neuron_studio.profiler.profile_summary import _finite
 
     ranks = sorted(profiles)
     ra = analyze_ranks([profiles[r].trace for r in ranks], profiles, ranks=ranks)

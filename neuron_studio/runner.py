@@ -15,7 +15,7 @@ import pandas as pd
 import torch
 
 from neuron_studio import device as _device
-from neuron_studio.session import load_profile, save_profile, session
+from neuron_studio.session import load_stored_profile, save_profile, session
 
 __all__ = ["CellRun", "run_cell", "device_report", "runs_table", "show_run", "compare_runs", "porting_check"]
 
@@ -294,7 +294,7 @@ def _compare_block(store: Any, run_id: int, compare: str | None, prof: Any) -> d
                 other_rec = store.previous_run(other_rec.id)
         if other_rec is None:
             return None
-        other = load_profile(store, other_rec)
+        other = load_stored_profile(store, other_rec)
     except (LookupError, KeyError):
         if compare is not None:
             raise
@@ -342,15 +342,15 @@ def _run_key(run: str) -> int | str:
 def show_run(run: str) -> Any:
     store = session().store
     rec = store.get_run(_run_key(run))
-    prof = load_profile(store, rec)
+    prof = load_stored_profile(store, rec)
     prof.summary_payload = rec.summary or prof.to_summary(run_id=rec.id, name=rec.name)
     return prof
 
 
 def compare_runs(run_a: str, run_b: str) -> Any:
     store = session().store
-    a = load_profile(store, _run_key(run_a))
-    b = load_profile(store, _run_key(run_b))
+    a = load_stored_profile(store, _run_key(run_a))
+    b = load_stored_profile(store, _run_key(run_b))
     from neuron_studio.ui.views import CompareView
 
     return CompareView(b.diff(a), a.run_id, b.run_id)
@@ -362,8 +362,8 @@ def porting_check(run: str | None = None) -> Any:
         if prof is None:
             raise LookupError("%neuron_check: no profiled run yet; run a %%neuron cell first (or pass a RUN)")
     else:
-        prof = load_profile(session().store, _run_key(run))
-    from neuron_studio.profiler.analysis.readiness import porting_report
+        prof = load_stored_profile(session().store, _run_key(run))
+    from neuron_studio.profiler.analysis.porting_report import porting_report
     from neuron_studio.ui.views import CheckView
 
     return CheckView(porting_report(prof))

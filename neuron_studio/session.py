@@ -16,7 +16,7 @@ import pandas as pd
 
 from neuron_studio.store import RunRecord, RunStore
 
-__all__ = ["Session", "session", "save_profile", "load_profile", "last", "DEVICE_OPS_COLUMNS"]
+__all__ = ["Session", "session", "save_profile", "load_stored_profile", "last", "DEVICE_OPS_COLUMNS"]
 
 DEVICE_OPS_COLUMNS = ["seq", "name", "core", "engine", "start_ns", "end_ns", "flops", "bytes_read", "bytes_written",
                       "bound", "module", "source"]
@@ -87,8 +87,8 @@ def save_profile(store: RunStore, run_id: int, prof: Any) -> None:
         "seq": m["seq"].astype("int64"), "name": m["op"].astype(str), "core": m["core"].astype("int32"),
         "engine": m["engine"].astype(str), "start_ns": m["device_start_ns"].astype("int64"),
         "end_ns": m["device_end_ns"].astype("int64"), "flops": m["flops"].astype("int64"),
-        "bytes_read": prof.modeled.ops["bytes_read"].astype("int64"),
-        "bytes_written": prof.modeled.ops["bytes_written"].astype("int64"),
+        "bytes_read": prof.device_run.ops["bytes_read"].astype("int64"),
+        "bytes_written": prof.device_run.ops["bytes_written"].astype("int64"),
         "bound": m["bound"].astype(str), "module": m["module"].astype(str),
         "source": m["source"].fillna("").astype(str),
     })
@@ -105,7 +105,7 @@ def _objects_as_str(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def load_profile(store: RunStore, run: RunRecord | int | str) -> Any:
+def load_stored_profile(store: RunStore, run: RunRecord | int | str) -> Any:
     """Rebuild a Profile from the store (re-modeled from the saved ops, so model changes apply)."""
     from neuron_studio.profiler.profile import Profile
     from neuron_studio.profiler.trace import Trace

@@ -1,6 +1,6 @@
 """Neuron Explorer output -> the studio's `Trace` and a measured `Profile`, so every panel works on hardware data.
 
-Accepted inputs (`load_profile(path)`):
+Accepted inputs (`load_neuron_profile(path)`):
 
 - **Parquet** (`neuron-explorer view -d DIR --output-format parquet`): a directory with one file per table,
   named after the table: `<Table>.parquet`, or split as `<Table>_<n>.parquet` (read together in `n` order).
@@ -39,12 +39,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from neuron_studio.profiler.model.summary import RunSummary, cost_per_step, ratio
+from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, ratio
 from neuron_studio.profiler.profile import Profile, default_kernel_lookup
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, TraceFormatError
 
 __all__ = [
-    "ExplorerTables", "MeasuredRun", "MeasuredProfile", "read_tables", "find_profile_dir", "load_profile",
+    "ExplorerTables", "MeasuredRun", "MeasuredProfile", "read_tables", "find_profile_dir", "load_neuron_profile",
     "measured_run", "trace_from_tables", "profile_from_saved", "REQUIRED_TABLES", "OP_TABLES",
     "OPTIONAL_TABLES",
 ]
@@ -882,13 +882,13 @@ class MeasuredProfile(Profile):
     def _hot_path(self, top_share: float, max_ops: int) -> list:
         hot = super()._hot_path(top_share, max_ops)
         for h in hot:
-            measured = self.modeled.kernels_for(h.op, h.module)
+            measured = self.device_run.kernels_for(h.op, h.module)
             if measured:
                 h.kernels = measured + [k for k in h.kernels if not k.get("measured")]
         return hot
 
     def engine_utilization(self, bins: int = 100) -> pd.DataFrame:
-        at = getattr(self.modeled, "active_time", None)
+        at = getattr(self.device_run, "active_time", None)
         if at is None or not len(at):
             return super().engine_utilization(bins=bins)
         from neuron_studio.profiler.analysis import utilization as _util
@@ -918,7 +918,7 @@ def trace_from_tables(t: ExplorerTables, *, chip: str | None = None, mode: str =
     return Trace(ops=ops, host=host, meta=meta), run
 
 
-def load_profile(path: str | Path, *, chip: str | None = None, mode: str = "eager", steps: int = 1,
+def load_neuron_profile(path: str | Path, *, chip: str | None = None, mode: str = "eager", steps: int = 1,
                  name: str | None = None, tracking: Any = None, extra_meta: Mapping[str, Any] | None = None,
                  kernel_lookup: Callable[..., list[dict]] | None = default_kernel_lookup) -> MeasuredProfile:
     """A measured `Profile` from Neuron Explorer output (Parquet directory, system_profile.json or

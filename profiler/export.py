@@ -262,7 +262,7 @@ def chrome_events(profile: Any, *, bins: int = 200) -> Iterator[dict]:
         dur = _us(np.maximum(ops["device_end_ns"].to_numpy() - ops["device_start_ns"].to_numpy(), 0))
         engines, core_l = ops["engine"].tolist(), ops["core"].tolist()
         names, bound = tops["name"].tolist(), ops["bound"].tolist()
-        m = profile.modeled.ops
+        m = profile.device_run.ops
         dev = {k: np.asarray(m[k], dtype=np.float64).tolist() for k in ("duration_ns", "launch_overhead_ns",
                                                                          "bytes_read", "bytes_written")}
         for i, args in enumerate(_row_args(tops, "ops")):

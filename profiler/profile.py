@@ -14,7 +14,7 @@ import pandas as pd
 from neuron_studio.profiler.analysis import diff as _diff
 from neuron_studio.profiler.analysis import hot_path as _hot
 from neuron_studio.profiler.analysis import op_table as _table
-from neuron_studio.profiler.analysis import porting as _porting
+from neuron_studio.profiler.analysis import blockers as _blockers
 from neuron_studio.profiler.analysis import roofline as _roof
 from neuron_studio.profiler.analysis import utilization as _util
 from neuron_studio.profiler.analysis.frame import joined_ops
@@ -57,15 +57,15 @@ def default_kernel_lookup(op: str, module: str, module_class: str | None = None)
 class Profile:
     """Analyses of one run. Build with `Profile.from_trace(trace)`."""
 
-    def __init__(self, trace: Trace, modeled: Any, *, kernel_lookup: Callable[[str, str], list[dict]] | None = None,
+    def __init__(self, trace: Trace, device_run: Any, *, kernel_lookup: Callable[[str, str], list[dict]] | None = None,
                  run_id: int | None = None) -> None:
         self.trace = trace
-        self.modeled = modeled
+        self.device_run = device_run  # the device timeline: modeled (model_run) or measured on hardware
         self.kernel_lookup = kernel_lookup
         self.run_id = run_id
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self._hot_cache: dict[tuple[float, int], list] = {}
-        self.ops = joined_ops(trace.ops, modeled.ops_frame())
+        self.ops = joined_ops(trace.ops, device_run.ops_frame())
 
     @classmethod
     def from_trace(cls, trace: Trace, *, chip: str | None = None, mode: str | None = None, config: Any = None,
@@ -73,14 +73,14 @@ class Profile:
         from neuron_studio.profiler.model import model_run
 
         recompiles = int(trace.compiles["recompile"].sum()) if len(trace.compiles) else 0
-        modeled = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
-                            recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1))
-        return cls(trace, modeled, kernel_lookup=kernel_lookup)
+        device_run = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
+                               recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1))
+        return cls(trace, device_run, kernel_lookup=kernel_lookup)
 
     # -- headline figures --------------------------------------------------------------------------
     @property
     def summary(self) -> Any:
-        return self.modeled.summary
+        return self.device_run.summary
 
     @property
     def steps(self) -> int:
@@ -163,27 +163,27 @@ class Profile:
                 return self.kernel_lookup(op, "", None)
 
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
-        _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.modeled.config.launch_overhead_ns(
+        _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.device_run.config.launch_overhead_ns(
             self.trace.mode))
         return hot
 
     def cpu_fallbacks(self) -> pd.DataFrame:
-        return _porting.cpu_fallbacks(self.ops)
+        return _blockers.cpu_fallbacks(self.ops)
 
     def sync_points(self) -> pd.DataFrame:
-        return _porting.sync_points(self.ops, list(self.modeled.groups) if self.trace.mode == "adaptive" else None)
+        return _blockers.sync_points(self.ops, list(self.device_run.groups) if self.trace.mode == "adaptive" else None)
 
     def recompiles(self) -> pd.DataFrame:
-        return _porting.recompiles(self.trace.compiles)
+        return _blockers.recompiles(self.trace.compiles)
 
     def transfers(self) -> pd.DataFrame:
-        return _porting.transfers(self.ops)
+        return _blockers.transfers(self.ops)
 
     def idle_gaps(self, min_gap_ns: int = 1000) -> pd.DataFrame:
-        return _porting.idle_gaps(self.ops, min_gap_ns=min_gap_ns)
+        return _blockers.idle_gaps(self.ops, min_gap_ns=min_gap_ns)
 
     def fusion_groups(self) -> pd.DataFrame:
-        return self.modeled.groups.to_frame()
+        return self.device_run.groups.to_frame()
 
     def cost(self) -> Cost:
         s = self.summary
@@ -229,7 +229,7 @@ class Profile:
 
     def to_summary(self, **extra: Any) -> dict[str, Any]:
         """The compact JSON summary (the MIME payload the notebook and the JupyterLab extension render)."""
-        from neuron_studio.profiler.summary import profile_summary
+        from neuron_studio.profiler.profile_summary import profile_summary
 
         return profile_summary(self, **extra)
 

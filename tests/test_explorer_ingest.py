@@ -16,7 +16,7 @@ from make_explorer_fixtures import (
 )
 from neuron_studio.profiler import explorer
 from neuron_studio.profiler.explorer import (
-    MeasuredProfile, chip_from_instance_type, load_profile, profile_from_saved, read_tables,
+    MeasuredProfile, chip_from_instance_type, load_neuron_profile, profile_from_saved, read_tables,
 )
 from neuron_studio.profiler.trace import TraceFormatError
 
@@ -29,7 +29,7 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def prof(fixtures: dict[str, Path]) -> MeasuredProfile:
-    return load_profile(fixtures["full"])
+    return load_neuron_profile(fixtures["full"])
 
 
 def _by_op(p: MeasuredProfile) -> dict[tuple[str, str], tuple[int, str]]:
@@ -126,7 +126,7 @@ def test_split_tables_and_file_names_in_any_case(fixtures: dict[str, Path], prof
     t = read_tables(fixtures["split"])
     assert t.files["Instruction"] == ["Instruction_0.parquet", "Instruction_1.parquet"]
     assert t.files["FrameworkNode"] == ["framework_node.parquet"]
-    p = load_profile(fixtures["split"])
+    p = load_neuron_profile(fixtures["split"])
     assert _by_op(p) == _by_op(prof)
     assert p.hot_path()[0].kernels[0]["function"] == EXPECTED["hot_kernel"]["function"]
 
@@ -138,7 +138,7 @@ def test_unknown_tables_and_columns_are_ignored(fixtures: dict[str, Path]) -> No
 
 
 def test_missing_optional_tables_use_framework_nodes_and_the_spec_table(fixtures: dict[str, Path]) -> None:
-    p = load_profile(fixtures["minimal"])
+    p = load_neuron_profile(fixtures["minimal"])
     assert {k: v for k, v in EXPECTED["ops"].items() if k[0] != "(unattributed)"} == _by_op(p)
     assert p.mfu == pytest.approx(EXPECTED["mfu"])
     assert p.summary.chip == "trn2" and "spec table" in p.summary.assumptions["peaks"]
@@ -149,28 +149,28 @@ def test_missing_optional_tables_use_framework_nodes_and_the_spec_table(fixtures
 
 def test_missing_required_tables_name_the_table_and_directory(fixtures: dict[str, Path]) -> None:
     with pytest.raises(TraceFormatError, match=r"'Summary' is missing in .*no_summary"):
-        load_profile(fixtures["no_summary"])
+        load_neuron_profile(fixtures["no_summary"])
     with pytest.raises(TraceFormatError, match=r"'Instruction' and 'FrameworkNode' are both missing in .*no_ops"):
-        load_profile(fixtures["no_ops"])
+        load_neuron_profile(fixtures["no_ops"])
     with pytest.raises(TraceFormatError, match="does not exist"):
-        load_profile(fixtures["full"] / "nope")
+        load_neuron_profile(fixtures["full"] / "nope")
 
 
 def test_empty_directory_says_what_was_expected(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match=r"expected Summary\.parquet plus Instruction\.parquet"):
-        load_profile(tmp_path)
+        load_neuron_profile(tmp_path)
 
 
 def test_corrupt_table_names_the_file(tmp_path: Path) -> None:
     d = write_explorer_fixture(tmp_path / "p")
     (d / "Metadata.parquet").write_bytes(b"not parquet")
     with pytest.raises(TraceFormatError, match=r"'Metadata' from .*Metadata\.parquet"):
-        load_profile(d)
+        load_neuron_profile(d)
 
 
 def test_profile_directory_is_found_below_a_data_path(tmp_path: Path) -> None:
     write_explorer_fixture(tmp_path / "profiles" / "global" / "run@latest")
-    assert load_profile(tmp_path).mfu == pytest.approx(EXPECTED["mfu"])
+    assert load_neuron_profile(tmp_path).mfu == pytest.approx(EXPECTED["mfu"])
 
 
 def test_chip_from_instance_type_and_override(fixtures: dict[str, Path]) -> None:
@@ -178,7 +178,7 @@ def test_chip_from_instance_type_and_override(fixtures: dict[str, Path]) -> None
     assert chip_from_instance_type("trn1n.32xlarge") == "trn1"
     assert chip_from_instance_type("trn3.48xlarge") == "trn3"
     assert chip_from_instance_type("inf2.xlarge") is None and chip_from_instance_type(None) is None
-    p = load_profile(fixtures["full"], chip="trn3", steps=2)
+    p = load_neuron_profile(fixtures["full"], chip="trn3", steps=2)
     assert p.summary.chip == "trn3" and p.trace.meta["source"]["chip_from"] == "argument/default"
     assert p.step_time_ns == pytest.approx(EXPECTED["total_time_ns"] / 2)
 
@@ -187,7 +187,7 @@ def test_fallback_ops_from_op_tracking_become_fallback_rows(fixtures: dict[str, 
     from neuron_studio.device.real import OpTracking
 
     tr = OpTracking.from_api({"aten::mm", "aten::add"}, {"aten::nonzero"})
-    p = load_profile(fixtures["full"], tracking=tr)
+    p = load_neuron_profile(fixtures["full"], tracking=tr)
     fb = p.cpu_fallbacks()
     assert fb["op"].tolist() == ["aten::nonzero"] and fb["reason"].iloc[0] == explorer.FALLBACK_REASON
     assert p.trace.meta["op_tracking"]["fallback"] == {"aten::nonzero": 1}
@@ -198,7 +198,7 @@ def test_fallback_ops_from_op_tracking_become_fallback_rows(fixtures: dict[str, 
 def test_legacy_system_profile_json(tmp_path: Path) -> None:
     path = write_system_profile_json(tmp_path / "sys" / "system_profile.json")
     for target in (path, path.parent):
-        p = load_profile(target)
+        p = load_neuron_profile(target)
         assert _by_op(p) == {("aten::mm", ""): (40_000, "none"), ("aten::add", ""): (10_000, "none")}
         assert p.trace.meta["figures"]["engine_utilization"] == "unavailable"
         assert sorted(p.trace.host["category"]) == ["framework"] * 2 + ["neuron_rt"] * 3
@@ -207,7 +207,7 @@ def test_legacy_system_profile_json(tmp_path: Path) -> None:
 
 
 def test_legacy_neuron_profile_json(tmp_path: Path) -> None:
-    p = load_profile(write_neuron_profile_json(tmp_path / "np.json"))
+    p = load_neuron_profile(write_neuron_profile_json(tmp_path / "np.json"))
     assert _by_op(p) == {("dot.1", ""): (30_000, "tensor"), ("add.2", ""): (10_000, "vector"),
                          ("exponential.3", ""): (5_000, "scalar")}
     assert p.mfu == pytest.approx(0.05) and p.summary.step_time_ns == pytest.approx(50_000)
@@ -218,7 +218,7 @@ def test_bad_legacy_json_is_a_format_error(tmp_path: Path, doc: str) -> None:
     f = tmp_path / "x.json"
     f.write_text(doc)
     with pytest.raises(TraceFormatError):
-        load_profile(f)
+        load_neuron_profile(f)
 
 
 _iv = st.tuples(st.integers(0, 4), st.integers(0, 10_000), st.integers(0, 3_000))
@@ -236,7 +236,7 @@ def test_fuzz_instruction_tables_device_time_is_the_exact_union(tmp_path: Path, 
     ins.to_parquet(d / "Instruction.parquet", index=False)
     pd.DataFrame({"total_time": [1e-5], "mfu_estimated_percent": [noise or None]}).to_parquet(
         d / "Summary.parquet", index=False)
-    p = load_profile(d)
+    p = load_neuron_profile(d)
     got = {r.op: int(r.device_ns) for r in p.ops.itertuples(index=False)}
     for g in {g for g, _, _ in rows}:
         cover = np.zeros(13_001, dtype=bool)

@@ -70,10 +70,10 @@ def test_emulated_never_imports_torch_neuronx_even_when_importable(tmp_path: Pat
         import json, sys, torch
         import neuron_studio
         from make_explorer_fixtures import write_explorer_fixture
-        from neuron_studio.profiler.explorer import load_profile
+        from neuron_studio.profiler.explorer import load_neuron_profile
         x = torch.ones(8, 8, device="neuron")
         prof = neuron_studio.profile(lambda: (x @ x).sum(), steps=2)
-        load_profile(write_explorer_fixture("fx")).to_summary()
+        load_neuron_profile(write_explorer_fixture("fx")).to_summary()
         print(json.dumps({"backend": neuron_studio.device.backend(), "ops": len(prof.ops),
                           "nx": "torch_neuronx" in sys.modules}))
     """, tmp_path, backend="emulated")

@@ -23,7 +23,7 @@ export interface IEngineUtilization {
 }
 
 /**
- * An NKI kernel matched to a hot op (profiler/summary.py). Any field may be null: kernels the
+ * An NKI kernel matched to a hot op (profiler/profile_summary.py). Any field may be null: kernels the
  * registry knows only by pattern have no name, `runs_as` kernels of torch-neuronx have no line.
  */
 export interface IKernelRef {

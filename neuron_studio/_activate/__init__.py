@@ -11,7 +11,7 @@ script runs on.
 Saving: one store run per job (created by the parent with `ranks=N`). Rank r of an N-rank job (N > 1)
 writes its tables with a rank suffix: `ops_r<r>`, `host_r<r>`, `compiles_r<r>`, `meta_r<r>`,
 `device_ops_r<r>`; rank 0 also writes the unsuffixed tables (`ops`, `device_ops`, ...), so every tool that
-shows one run (`%neuron_show`, the JupyterLab panel, `load_profile`) shows rank 0. A one-process job writes
+shows one run (`%neuron_show`, the JupyterLab panel, `load_stored_profile`) shows rank 0. A one-process job writes
 the unsuffixed tables only, exactly like a `%%neuron` cell. `rank_table()` is the naming rule.
 
 Exit. At interpreter exit (atexit), on SIGTERM, and on KeyboardInterrupt the capture is stopped and what

@@ -62,13 +62,13 @@ class Explorer:
         self.table.value = self.table_frame()
 
     def _pick_run(self, event: Any) -> None:
-        from neuron_studio.session import load_profile, session
+        from neuron_studio.session import load_stored_profile, session
 
         if event.new is None or event.new == self.prof.run_id:
             return
         from neuron_studio.ui.figures import roofline_figure, timeline_figure
 
-        self.prof = load_profile(session().store, event.new)
+        self.prof = load_stored_profile(session().store, event.new)
         engines = sorted(set(self.prof.ops["engine"]))
         self.engine.options = engines
         self.engine.value = engines

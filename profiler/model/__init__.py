@@ -2,7 +2,7 @@
 eager, adaptive-eager and compile modes; per-run MFU/MBU, engine utilization, H100 comparison and cost.
 
 Facade only: the work lives in config (assumptions), columns (input), ops (per-op facts), schedule
-(grouping + timeline), summary (per-run figures) and run (`model_run`).
+(grouping + timeline), run_summary (per-run figures) and run (`model_run`).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from neuron_studio.profiler.model.columns import (
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
 from neuron_studio.profiler.model.ops import ENGINES, classify_engine
 from neuron_studio.profiler.model.run import FusionGroup, FusionGroups, ModeledRun, model_run
-from neuron_studio.profiler.model.summary import RunSummary
+from neuron_studio.profiler.model.run_summary import RunSummary
 
 __all__ = [
     "model_run", "ModeledRun", "RunSummary", "FusionGroup", "FusionGroups", "ModelConfig", "ConfigError",
