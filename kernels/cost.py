@@ -3,43 +3,46 @@
 Model (deliberately simple, documented so its numbers can be read honestly):
 - Compute instruction: time = max(flops / engine peak, streamed elements / engine throughput)
   + INSTRUCTION_OVERHEAD_CYCLES at the engine clock. For the Tensor Engine the streamed term is the moving
-  tile's free size (one column per cycle; 4x slower in fp32), so small tiles show their poor utilisation.
+  tile's free size (one column per cycle; slower in fp32 by the BF16/FP32 peak ratio, 4x), so small tiles show
+  their poor utilisation. Vector/Scalar Engines use their 16-bit width for dtypes of 2 bytes or fewer, as the
+  op model does.
 - DMA: bytes / per-core DMA bandwidth + DMA_FIXED_NS per instruction. Per-core bandwidth = min(chip DMA,
-  chip HBM bandwidth) / NeuronCores per chip.
+  chip HBM bandwidth) shared evenly by the chip's physical NeuronCores.
 - Engines run concurrently: kernel time = max over engines of their busy time. This is an optimistic overlap
   assumption (perfect pipelining, no dependency stalls); it is a lower bound on the real kernel time.
-Hardware figures come from /work/shared/reference/trainium.md §6 (AWS Neuron architecture docs).
+Hardware figures come from the one accessor (`neuron_studio.hardware`); a kernel runs on ONE PHYSICAL NeuronCore,
+i.e. `ChipSpec.core(lnc=1)` under the accessor's core convention (the interpreter does not model the LNC grid).
 """
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from neuron_studio.hardware import ChipSpec, CoreFigures, SpecError, chip_spec
+
+from .interpreter.dtypes import itemsize
 from .interpreter.trace import ENGINES, KernelTrace
 
-__all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "CHIPS", "INSTRUCTION_OVERHEAD_CYCLES",
+__all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "kernel_core", "INSTRUCTION_OVERHEAD_CYCLES",
            "DMA_FIXED_NS"]
 
-INSTRUCTION_OVERHEAD_CYCLES = 64  # fixed issue/drain cost per compute instruction, engine cycles
-DMA_FIXED_NS = 100.0  # per dma_copy: descriptor issue; queue latency assumed hidden by the 16 DMA queues
-FP32_MATMUL_SLOWDOWN = 4  # per-core Tensor Engine: 79 BF16 vs 20 FP32 TFLOPS (trn2/trn3), 92 vs 23 (trn1)
+INSTRUCTION_OVERHEAD_CYCLES = 64  # [assumed] fixed issue/drain cost per compute instruction, engine cycles
+DMA_FIXED_NS = 100.0  # [assumed] per dma_copy: descriptor issue; queue latency assumed hidden by the 16 DMA queues
+_FP32 = ("float32", "tfloat32")
 
-# Per NeuronCore (physical) figures; trainium.md §6. Throughputs in elements/cycle, clocks in GHz.
-CHIPS: dict[str, dict[str, float]] = {
-    "trn1": {"cores": 2, "pe_clock_ghz": 2.8, "pe_bf16_tflops": 92.0, "pe_fp32_tflops": 23.0,
-             "vector_clock_ghz": 1.12, "vector_elems_bf16": 128, "vector_elems": 128,
-             "scalar_clock_ghz": 1.4, "scalar_elems": 128, "gpsimd_clock_ghz": 1.4, "gpsimd_elems": 128,
-             "dma_gbps_chip": 1000.0, "hbm_gbps_chip": 880.0},   # 820 GiB/s
-    "trn2": {"cores": 8, "pe_clock_ghz": 2.4, "pe_bf16_tflops": 79.0, "pe_fp32_tflops": 20.0,
-             "vector_clock_ghz": 0.96, "vector_elems_bf16": 512, "vector_elems": 256,
-             "scalar_clock_ghz": 1.2, "scalar_elems": 128, "gpsimd_clock_ghz": 1.2, "gpsimd_elems": 128,
-             "dma_gbps_chip": 3500.0, "hbm_gbps_chip": 2900.0},
-    "trn3": {"cores": 8, "pe_clock_ghz": 2.4, "pe_bf16_tflops": 79.0, "pe_fp32_tflops": 20.0,
-             "vector_clock_ghz": 1.2, "vector_elems_bf16": 512, "vector_elems": 256,
-             "scalar_clock_ghz": 1.2, "scalar_elems": 128, "gpsimd_clock_ghz": 1.2, "gpsimd_elems": 128,
-             "dma_gbps_chip": 4900.0, "hbm_gbps_chip": 4900.0},
-}
-# GpSimd throughput (8 cores x 512-bit = 128 fp32 lanes) is derived, not documented.
+
+def kernel_core(chip: str | ChipSpec) -> tuple[ChipSpec, CoreFigures]:
+    """The spec of `chip` and the figures of the one physical NeuronCore a kernel runs on (LNC=1 view)."""
+    if isinstance(chip, ChipSpec):
+        spec = chip
+    else:
+        try:
+            spec = chip_spec(chip)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from exc
+    if spec.kind != "trainium":
+        raise ValueError(f"chip {spec.name!r} is not a Trainium chip; kernels model a NeuronCore")
+    return spec, spec.core(1)
 
 
 @dataclass(frozen=True)
@@ -71,28 +74,39 @@ class KernelTiming:
         return self.per_engine_ns.get(engine, 0.0) / self.total_ns if self.total_ns else 0.0
 
 
-def _dma_bytes_per_ns(spec: dict[str, float]) -> float:
-    return min(spec["dma_gbps_chip"], spec["hbm_gbps_chip"]) / spec["cores"]  # GB/s == bytes/ns
+def _dma_bytes_per_ns(core: CoreFigures) -> float:
+    return min(core.dma_bytes, core.hbm_bytes) / 1e9
+
+
+def _narrow(dtype: str) -> bool:
+    """2 bytes or fewer: the engines' 16-bit data path (the op model's `itemsize <= 2` rule)."""
+    try:
+        return itemsize(dtype) <= 2
+    except KeyError:
+        return False
 
 
 def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: int, cycles_hint: int,
-                   spec: dict[str, float]) -> float:
-    """Modeled time of one instruction on `engine` (see module docstring)."""
+                   spec: ChipSpec, core: CoreFigures | None = None) -> float:
+    """Modeled time of one instruction on `engine` on one physical core of `spec` (see module docstring)."""
+    core = core or spec.core(1)
     if engine == "dma":
-        return nbytes / _dma_bytes_per_ns(spec) + DMA_FIXED_NS
+        return nbytes / _dma_bytes_per_ns(core) + DMA_FIXED_NS
     if engine == "tensor":
-        fp32 = dtype in ("float32", "tfloat32")
-        peak = spec["pe_fp32_tflops" if fp32 else "pe_bf16_tflops"] * 1e3  # flops per ns
-        stream_cycles = cycles_hint * (FP32_MATMUL_SLOWDOWN if fp32 else 1)
-        clock = spec["pe_clock_ghz"]
-        return max(flops / peak, stream_cycles / clock) + INSTRUCTION_OVERHEAD_CYCLES / clock
+        fp32 = dtype in _FP32
+        peak = (core.tensor_fp32_flops if fp32 else core.tensor_bf16_flops) / 1e9  # flops per ns
+        slowdown = round(core.tensor_bf16_flops / core.tensor_fp32_flops) if fp32 else 1
+        clock = spec.tensor_engine_clock_hz / 1e9
+        return max(flops / peak, cycles_hint * slowdown / clock) + INSTRUCTION_OVERHEAD_CYCLES / clock
+    narrow = _narrow(dtype)
     if engine == "vector":
-        per_cycle = spec["vector_elems_bf16"] if dtype in ("bfloat16", "float16") else spec["vector_elems"]
-        clock = spec["vector_clock_ghz"]
+        per_cycle = spec.vector_elems_per_cycle_16bit if narrow else spec.vector_elems_per_cycle_32bit
+        clock = spec.vector_clock_hz / 1e9
     elif engine == "scalar":
-        per_cycle, clock = spec["scalar_elems"], spec["scalar_clock_ghz"]
+        per_cycle = spec.scalar_elems_per_cycle_16bit if narrow else spec.scalar_elems_per_cycle_32bit
+        clock = spec.scalar_clock_hz / 1e9
     else:  # gpsimd and anything unknown
-        per_cycle, clock = spec["gpsimd_elems"], spec["gpsimd_clock_ghz"]
+        per_cycle, clock = spec.gpsimd_elems_per_cycle, spec.gpsimd_clock_hz / 1e9
     # Element-wise engines do ~1 op per element per lane, so the throughput term dominates the flops term.
     return max(elements, flops / 2) / (per_cycle * clock) + INSTRUCTION_OVERHEAD_CYCLES / clock
 
@@ -100,13 +114,11 @@ def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: i
 def kernel_time(trace: KernelTrace, chip: str | None = None) -> KernelTiming:
     """Model the time of `trace` on `chip` (default: the chip the trace was recorded for)."""
     chip = chip or trace.chip
-    if chip not in CHIPS:
-        raise ValueError(f"unknown chip {chip!r}; expected one of {sorted(CHIPS)}")
-    spec = CHIPS[chip]
+    spec, core = kernel_core(chip)
     per_engine: dict[str, float] = {e: 0.0 for e in ENGINES}
     lines: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
     for ins in trace.instructions:
-        ns = instruction_ns(ins.engine, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec)
+        ns = instruction_ns(ins.engine, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core)
         per_engine[ins.engine] = per_engine.get(ins.engine, 0.0) + ns
         acc = lines[(ins.file, ins.line)]
         acc[0] += ns
@@ -119,7 +131,7 @@ def kernel_time(trace: KernelTrace, chip: str | None = None) -> KernelTiming:
 
 
 def roofline_ns(flops: float, nbytes: float, chip: str = "trn2", dtype: str = "bfloat16") -> float:
-    """Op-level roofline on one NeuronCore: max(flops / Tensor Engine peak, HBM bytes / per-core bandwidth)."""
-    spec = CHIPS[chip]
-    peak = spec["pe_fp32_tflops" if dtype in ("float32", "tfloat32") else "pe_bf16_tflops"] * 1e3
-    return max(flops / peak, nbytes / _dma_bytes_per_ns(spec))
+    """Op-level roofline on one physical NeuronCore: max(flops / Tensor Engine peak, bytes / per-core bandwidth)."""
+    _, core = kernel_core(chip)
+    peak = (core.tensor_fp32_flops if dtype in _FP32 else core.tensor_bf16_flops) / 1e9
+    return max(flops / peak, nbytes / _dma_bytes_per_ns(core))

@@ -10,11 +10,10 @@ from typing import Any
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
+from neuron_studio.hardware import trainium_chips
 from neuron_studio.modes import MODES
 
 __all__ = ["NeuronMagics", "register_magics"]
-
-_CHIPS = ("trn1", "trn2", "trn3")
 
 
 @magics_class
@@ -119,8 +118,8 @@ def _validate(args: Any) -> list[str]:
     problems = []
     if args.mode not in MODES:
         problems.append(f"--mode must be one of {', '.join(MODES)} (got {args.mode!r})")
-    if args.chip is not None and args.chip.lower() not in _CHIPS:
-        problems.append(f"--chip must be one of {', '.join(_CHIPS)} (got {args.chip!r})")
+    if args.chip is not None and args.chip.lower() not in trainium_chips():
+        problems.append(f"--chip must be one of {', '.join(trainium_chips())} (got {args.chip!r})")
     if args.steps < 1:
         problems.append(f"--steps must be >= 1 (got {args.steps})")
     if args.warmup is not None and args.warmup < 0:

@@ -80,3 +80,55 @@ def test_malformed_file_is_rejected(tmp_path) -> None:
     p.write_text("{not json")
     with pytest.raises(SpecError):
         chip_spec("trn2", path=p)
+
+
+def test_tile_limits_and_lnc_come_from_the_file() -> None:
+    """Tile limits documented in nki.language.tile_size / the architecture guides (trainium.md §4.2, §6)."""
+    for name, sbuf_kib in (("trn1", 192), ("trn2", 224), ("trn3", 256)):
+        s = chip_spec(name)
+        assert s.sbuf_bytes_per_partition == sbuf_kib * 1024
+        assert (s.partition_max, s.psum_banks, s.psum_bank_bytes_per_partition, s.psum_bank_fmax) == (128, 8, 2048, 512)
+        assert (s.gemm_stationary_fmax, s.gemm_moving_fmax) == (128, 512)
+        assert s.sources["gemm_moving_fmax"].endswith("nki.language.tile_size.rst (gemm_moving_fmax)")
+    assert chip_spec("trn1").lnc_allowed == (1,) and chip_spec("trn2").lnc_allowed == (1, 2)
+    assert chip_spec("h100").partition_max is None and chip_spec("h100").sbuf_bytes_per_partition is None
+
+
+def test_core_convention() -> None:
+    """Logical core = LNC physical cores; chip bandwidth shared by the chip's cores of that size."""
+    s = chip_spec("trn2")
+    one, two = s.core(1), s.core(2)
+    assert s.core() == two and (one.cores_per_chip, two.cores_per_chip) == (8, 4)
+    assert two.tensor_bf16_flops == 2 * one.tensor_bf16_flops == 2 * s.core_tensor_bf16_flops_per_s
+    assert two.hbm_bytes == 2 * one.hbm_bytes == s.hbm_bandwidth_bytes_per_s / 4   # ≈0.73 TB/s (trainium.md §6)
+    assert abs(two.hbm_bytes - 0.725e12) < 1e9
+    with pytest.raises(SpecError, match=r"LNC=4 is not valid on trn2; valid: \(1, 2\)"):
+        s.core(4)
+
+
+def test_inconsistent_figures_are_rejected(tmp_path) -> None:
+    doc = json.loads(SPECS_PATH.read_text())
+    doc["chips"]["trn2"]["figures"]["lnc_allowed"]["value"] = [1]          # default LNC=2 no longer allowed
+    p = tmp_path / "specs.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match="lnc_default=2 is not in lnc_allowed"):
+        chip_spec("trn2", path=p)
+    doc = json.loads(SPECS_PATH.read_text())
+    del doc["chips"]["trn3"]["figures"]["psum_banks"]                       # the interpreter needs it
+    p.write_text(json.dumps(doc))
+    with pytest.raises(SpecError, match="Trainium chip needs figure.*psum_banks"):
+        chip_spec("trn3", path=p)
+    with pytest.raises(SpecError, match="inconsistent"):
+        chip_spec("trn2", overrides={"lnc_default": 1, "lnc_allowed": [3]})
+    with pytest.raises(SpecError, match="positive integers"):
+        chip_spec("trn2", overrides={"lnc_allowed": [1, 2.5]})
+
+
+def test_shared_spec_is_read_only_and_copies_cleanly() -> None:
+    import copy
+    import pickle
+    s = chip_spec("trn2")
+    with pytest.raises(TypeError):
+        s.sources["hbm_bandwidth_bytes_per_s"] = "edited"      # the cached record cannot be corrupted
+    for clone in (pickle.loads(pickle.dumps(s)), copy.deepcopy(s)):
+        assert clone == s and dict(clone.sources) == dict(s.sources) and dict(clone.notes) == dict(s.notes)

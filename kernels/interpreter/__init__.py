@@ -8,8 +8,7 @@ from __future__ import annotations
 from . import isa, language, nki
 from .errors import NkiError, NkiRuleError, NkiUsageError
 from .jit import JitKernel, default_chip, jit, simulate
-from .state import SBUF_BYTES_PER_PARTITION
 from .trace import ENGINES, Instruction, KernelTrace
 
 __all__ = ["nki", "language", "isa", "jit", "simulate", "JitKernel", "KernelTrace", "Instruction", "ENGINES",
-           "NkiError", "NkiRuleError", "NkiUsageError", "SBUF_BYTES_PER_PARTITION", "default_chip"]
+           "NkiError", "NkiRuleError", "NkiUsageError", "default_chip"]

@@ -16,16 +16,12 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import NkiRuleError
 from .ops import BINARY, UNARY, Op
-from .state import PMAX, current, kernel_frame, kernel_line
+from .state import current, kernel_frame, kernel_line
 from .tensor import HBM_BUFFERS, NkiTensor, describe
 from .trace import Instruction
 
 __all__ = ["engine", "dma_copy", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "activation",
            "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record"]
-
-GEMM_STATIONARY_FMAX = 128
-GEMM_MOVING_FMAX = 512
-
 
 class engine(enum.Enum):
     """Engine selector accepted by instructions that can run on several engines."""
@@ -156,13 +152,15 @@ def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor, is_stati
     k2, n = moving.shape
     if k != k2:
         _fail("shape_mismatch", f"contraction (partition) sizes differ: stationary {k} vs moving {k2}", moving)
-    if k > PMAX:
-        _fail("matmul_contraction", f"contraction dim {k} exceeds {PMAX}", stationary)
-    if m > GEMM_STATIONARY_FMAX:
+    spec = current().spec
+    if k > (spec.partition_max or 0):
+        _fail("matmul_contraction", f"contraction dim {k} exceeds {spec.partition_max}", stationary)
+    if m > (spec.gemm_stationary_fmax or 0):
         _fail("matmul_stationary_fmax", f"stationary free size {m} exceeds gemm_stationary_fmax="
-              f"{GEMM_STATIONARY_FMAX}", stationary)
-    if n > GEMM_MOVING_FMAX:
-        _fail("matmul_moving_fmax", f"moving free size {n} exceeds gemm_moving_fmax={GEMM_MOVING_FMAX}", moving)
+              f"{spec.gemm_stationary_fmax}", stationary)
+    if n > (spec.gemm_moving_fmax or 0):
+        _fail("matmul_moving_fmax", f"moving free size {n} exceeds gemm_moving_fmax={spec.gemm_moving_fmax}",
+              moving)
     if dst.shape != (m, n):
         _fail("shape_mismatch", f"matmul dst shape {list(dst.shape)} != [{m}, {n}]", dst)
     prod = stationary.data.T.astype(np.float32, copy=False) @ moving.data.astype(np.float32, copy=False)
@@ -182,8 +180,9 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any 
     p, f = data.shape
     eng = _engine(engine, "tensor")
     if eng == "tensor":
-        if f > GEMM_STATIONARY_FMAX:
-            _fail("transpose_fmax", f"transpose free size {f} exceeds {GEMM_STATIONARY_FMAX}", data)
+        fmax = current().spec.gemm_stationary_fmax or 0
+        if f > fmax:
+            _fail("transpose_fmax", f"transpose free size {f} exceeds {fmax}", data)
         if dst.buffer != "psum":
             _fail("matmul_dst_buffer", "Tensor Engine transpose writes PSUM", dst)
         if data.buffer != "sbuf":

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 from typing import Any, Callable
 
 import numpy as np
 
 from . import dtypes as _dt
-from .state import SBUF_BYTES_PER_PARTITION, CallState, call_scope
+from .state import CallState, call_scope, check_chip, default_chip
 from .tensor import NkiTensor, wrap_input
 from .trace import KernelTrace
 
@@ -19,12 +18,6 @@ __all__ = ["jit", "simulate", "JitKernel", "default_chip"]
 _TORCH_TO_NKI = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16",
                  "torch.int32": "int32", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
                  "torch.int16": "int16"}
-
-
-def default_chip() -> str:
-    """Chip modeled when none is given: NEURON_PLATFORM_TARGET_OVERRIDE (as the real nki honours), else trn2."""
-    chip = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn2")
-    return chip if chip in SBUF_BYTES_PER_PARTITION else "trn2"
 
 
 def _is_torch(x: Any) -> bool:
@@ -81,9 +74,7 @@ class JitKernel:
 
     def run(self, *args: Any, chip: str | None = None, **kwargs: Any) -> tuple[Any, KernelTrace]:
         """Execute on the interpreter; returns (output, trace)."""
-        chip = chip or default_chip()
-        if chip not in SBUF_BYTES_PER_PARTITION:
-            raise ValueError(f"unknown chip {chip!r}; expected one of {sorted(SBUF_BYTES_PER_PARTITION)}")
+        chip = check_chip(chip or default_chip())
         bound = self._sig.bind(*args, **kwargs)
         as_torch = any(_is_torch(v) for v in bound.arguments.values())
         for name, value in list(bound.arguments.items()):

@@ -11,6 +11,7 @@ import numpy as np
 
 from . import isa as _isa
 from .ops import BINARY, UNARY, Op
+from .state import active_spec
 from .tensor import NkiTensor, allocate
 
 __all__ = [
@@ -40,15 +41,36 @@ uint8 = "uint8"
 bool_ = "bool"
 
 
-class tile_size:
-    """Hardware tile limits (trainium.md §4.2)."""
+class _TileSizeLimits(type):
+    """Class-level properties: `nl.tile_size.pmax` reads the modeled chip's figure from the hardware accessor."""
 
-    pmax = 128
-    psum_fmax = 512
-    psum_bank_fmax = 512
-    psum_num_banks = 8
-    gemm_stationary_fmax = 128
-    gemm_moving_fmax = 512
+    @property
+    def pmax(cls) -> int:
+        return int(active_spec().partition_max or 0)
+
+    @property
+    def psum_bank_fmax(cls) -> int:
+        return int(active_spec().psum_bank_fmax or 0)
+
+    @property
+    def psum_fmax(cls) -> int:   # deprecated alias of psum_bank_fmax in the real nki (since 0.4.0)
+        return int(active_spec().psum_bank_fmax or 0)
+
+    @property
+    def psum_num_banks(cls) -> int:
+        return int(active_spec().psum_banks or 0)
+
+    @property
+    def gemm_stationary_fmax(cls) -> int:
+        return int(active_spec().gemm_stationary_fmax or 0)
+
+    @property
+    def gemm_moving_fmax(cls) -> int:
+        return int(active_spec().gemm_moving_fmax or 0)
+
+
+class tile_size(metaclass=_TileSizeLimits):
+    """Hardware tile limits of the chip being modeled (trainium.md §4.2), read from `neuron_studio.hardware`."""
 
 
 def ndarray(shape: Sequence[int], dtype: Any, buffer: str | None = None, name: str = "") -> NkiTensor:

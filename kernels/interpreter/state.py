@@ -1,4 +1,8 @@
-"""Per-call interpreter state: the trace being recorded, on-chip memory accounting, source-line lookup."""
+"""Per-call interpreter state: the trace being recorded, on-chip memory accounting, source-line lookup.
+
+Tile limits and on-chip sizes come from the hardware accessor (`neuron_studio.hardware`) for the chip of the
+call: `CallState.spec`, or `active_spec()` for code that runs outside a call (e.g. `nl.tile_size` at import).
+"""
 from __future__ import annotations
 
 import contextvars
@@ -10,21 +14,38 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_studio.hardware import ChipSpec, chip_spec, trainium_chips
+
 from .errors import NkiRuleError, NkiUsageError
 from .trace import Instruction, KernelTrace
 
-__all__ = ["CallState", "current", "kernel_frame", "kernel_line", "call_scope", "SBUF_BYTES_PER_PARTITION",
-           "PSUM_BANK_BYTES", "PSUM_NUM_BANKS", "PMAX"]
+__all__ = ["CallState", "current", "kernel_frame", "kernel_line", "call_scope", "active_spec", "default_chip",
+           "check_chip"]
 
-PMAX = 128
-PSUM_BANK_BYTES = 2048      # 2 KiB per partition per bank = 512 fp32
-PSUM_NUM_BANKS = 8
-# Usable SBUF bytes per partition (trainium.md §6): trn1 192 KiB, trn2 224 KiB, trn3 256 KiB [derived].
-SBUF_BYTES_PER_PARTITION = {"trn1": 192 * 1024, "trn2": 224 * 1024, "trn3": 256 * 1024}
+DEFAULT_CHIP = "trn2"
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 _ASSIGN = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]*)?=[^=]")
 _current: contextvars.ContextVar["CallState | None"] = contextvars.ContextVar("nki_interp_state", default=None)
+
+
+def default_chip() -> str:
+    """Chip modeled when none is given: NEURON_PLATFORM_TARGET_OVERRIDE (as the real nki honours), else trn2."""
+    chip = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", DEFAULT_CHIP)
+    return chip if chip in trainium_chips() else DEFAULT_CHIP
+
+
+def check_chip(chip: str) -> str:
+    """`chip` if the interpreter can model it (a Trainium chip of the spec file), else ValueError naming them."""
+    if chip not in trainium_chips():
+        raise ValueError(f"unknown chip {chip!r}; expected one of {sorted(trainium_chips())}")
+    return chip
+
+
+def active_spec() -> ChipSpec:
+    """Spec of the chip of the running kernel call, or of `default_chip()` outside a call."""
+    st = _current.get()
+    return st.spec if st is not None else chip_spec(default_chip())
 
 
 def kernel_frame(depth: int = 2) -> Any:
@@ -76,6 +97,10 @@ class CallState:
     trace: KernelTrace
     sbuf: _Pool = field(default_factory=_Pool)
     psum: _Pool = field(default_factory=_Pool)
+    spec: ChipSpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.spec = chip_spec(check_chip(self.trace.chip))
 
     @property
     def chip(self) -> str:
@@ -83,7 +108,7 @@ class CallState:
 
     @property
     def sbuf_capacity(self) -> int:
-        return SBUF_BYTES_PER_PARTITION[self.chip]
+        return int(self.spec.sbuf_bytes_per_partition or 0)
 
     def allocate(self, owner: object, buffer: str, nbytes: int, tensor: str, frame: Any) -> None:
         """Account an SBUF/PSUM allocation of `nbytes` per partition; release it when `owner` is collected."""
@@ -94,11 +119,12 @@ class CallState:
                 f"allocating {nbytes} B/partition with {pool.live} B/partition live exceeds the "
                 f"{self.chip} SBUF capacity of {self.sbuf_capacity} B/partition",
                 tensor=tensor, kernel_line=kernel_line(frame))
-        if buffer == "psum" and pool.live + nbytes > PSUM_BANK_BYTES * PSUM_NUM_BANKS:
+        bank_bytes, banks = int(self.spec.psum_bank_bytes_per_partition or 0), int(self.spec.psum_banks or 0)
+        if buffer == "psum" and pool.live + nbytes > bank_bytes * banks:
             raise NkiRuleError(
                 "psum_capacity",
                 f"allocating {nbytes} B/partition with {pool.live} B/partition live exceeds PSUM "
-                f"({PSUM_NUM_BANKS} banks x {PSUM_BANK_BYTES} B/partition)",
+                f"({banks} banks x {bank_bytes} B/partition)",
                 tensor=tensor, kernel_line=kernel_line(frame))
         key = pool.add(nbytes)
         weakref.finalize(owner, pool.free, key)

@@ -7,7 +7,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NkiRuleError
-from .state import PMAX, PSUM_BANK_BYTES, assigned_name, current, kernel_frame, kernel_line
+from .state import assigned_name, current, kernel_frame, kernel_line
 
 __all__ = ["NkiTensor", "allocate", "wrap_input", "describe", "HBM_BUFFERS"]
 
@@ -132,20 +132,21 @@ def allocate(shape: tuple[int, ...], dtype: Any, buffer: str, name: str = "", fi
     var = name or assigned_name(frame)
     label = f"{var or '<unnamed>'} shape={list(shape)} {buffer}"
     if buffer in ("sbuf", "psum"):
-        if len(shape) < 1 or shape[0] > PMAX:
+        pmax, bank_bytes = int(st.spec.partition_max or 0), int(st.spec.psum_bank_bytes_per_partition or 0)
+        if len(shape) < 1 or shape[0] > pmax:
             raise NkiRuleError("partition_dim",
-                               f"partition dimension {shape[0] if shape else 0} exceeds pmax={PMAX}",
+                               f"partition dimension {shape[0] if shape else 0} exceeds pmax={pmax}",
                                tensor=label, kernel_line=kernel_line(frame))
         per_partition = int(np.prod(shape[1:], dtype=np.int64)) * _dt.itemsize(dtype)
         if buffer == "psum":
             if dtype != "float32":
                 raise NkiRuleError("psum_dtype", f"PSUM tiles accumulate in float32, got {dtype}",
                                    tensor=label, kernel_line=kernel_line(frame))
-            if per_partition > PSUM_BANK_BYTES:
+            if per_partition > bank_bytes:
                 raise NkiRuleError(
                     "psum_bank",
                     f"PSUM tile free size {per_partition // 4} fp32 ({per_partition} B/partition) exceeds one "
-                    f"bank ({PSUM_BANK_BYTES // 4} fp32 = {PSUM_BANK_BYTES} B/partition)",
+                    f"bank ({bank_bytes // 4} fp32 = {bank_bytes} B/partition)",
                     tensor=label, kernel_line=kernel_line(frame))
     elif buffer not in HBM_BUFFERS:
         raise NkiRuleError("buffer", f"unknown buffer {buffer!r}", tensor=label, kernel_line=kernel_line(frame))

@@ -1,11 +1,13 @@
 """The chips the device can stand for, and how their NeuronCores are grouped into logical cores.
 
-Topology only (core counts, LNC, HBM capacity); timing figures live in the profiler's specs.json.
-Sources: trainium.md §1.2 (Trn2 default LNC=2: 8 physical -> 4 logical) and §6 (cores, HBM per chip).
+Topology only (core counts, LNC, HBM capacity), read from the one hardware accessor (`neuron_studio.hardware`,
+which follows the physical-vs-logical core convention stated there). Sources are in its specs.json.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from neuron_studio.hardware import SpecError, chip_spec, trainium_chips
 
 __all__ = ["Target", "TARGETS", "target_for", "UnknownChipError"]
 
@@ -31,21 +33,17 @@ class Target:
         return self.hbm_bytes // self.logical_cores
 
 
-# chip -> (name, physical NeuronCores per chip, default LNC, allowed LNC, HBM bytes per chip)
-_CHIPS = {
-    "trn1": ("Trainium", 2, 1, (1,), 32 * 2**30),
-    "trn2": ("Trainium2", 8, 2, (1, 2), 96 * 2**30),
-    "trn3": ("Trainium3", 8, 2, (1, 2), 144 * 2**30),
-}
-TARGETS = tuple(_CHIPS)
+TARGETS: tuple[str, ...] = trainium_chips()
 
 
 def target_for(chip: str | None, lnc: int | None = None) -> Target:
     key = (chip or "trn2").strip().lower()
-    if key not in _CHIPS:
+    if key not in TARGETS:
         raise UnknownChipError(f"unknown chip {chip!r}; choose one of {', '.join(TARGETS)}")
-    name, cores, default_lnc, allowed, hbm = _CHIPS[key]
-    use = default_lnc if lnc is None else lnc
-    if use not in allowed:
-        raise UnknownChipError(f"LNC={use} is not valid on {key}; valid: {allowed}")
-    return Target(chip=key, chip_name=name, physical_cores=cores, lnc=use, hbm_bytes=hbm)
+    spec = chip_spec(key)
+    try:
+        use = spec.check_lnc(lnc)
+    except SpecError as exc:
+        raise UnknownChipError(str(exc)) from exc
+    return Target(chip=key, chip_name=spec.short_name, physical_cores=spec.neuron_cores_per_chip, lnc=use,
+                  hbm_bytes=int(spec.hbm_capacity_bytes))

@@ -25,8 +25,8 @@ class ModelConfig:
     """Assumed constants of the performance model. All are overridable; all are labelled assumptions."""
 
     lnc: int | None = None
-    """Physical NeuronCores per logical core (the device torch sees). None = the chip's default (Trn2/Trn3: 2,
-    Trn1: 1). Peaks and engine throughput scale by lnc; HBM bandwidth is shared per logical core."""
+    """Physical NeuronCores per logical core (the device torch sees), one of the chip's `lnc_allowed`. None = the
+    chip's default (Trn2/Trn3: 2, Trn1: 1). Rates follow the core convention of `neuron_studio.hardware`."""
 
     eager_launch_overhead_ns: float = 15_000.0
     """Per-op launch cost in eager mode. Each eager op is its own NEFF executed through the Neuron runtime

@@ -13,8 +13,8 @@ from neuron_studio.profiler.model.schedule import (
     BOUNDS, E_DMA, E_HOST, E_NONE, R_SYNC, R_TRANSFER, REASONS, Schedule, core_rates, retime,
     schedule,
 )
+from neuron_studio.hardware import ChipSpec, chip_spec
 from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, engine_figures, ratio
-from neuron_studio.profiler.specs import ChipSpec, chip_spec
 
 __all__ = ["FusionGroup", "FusionGroups", "ModeledRun", "model_run"]
 

@@ -12,7 +12,7 @@ import numpy as np
 from neuron_studio.profiler.model.columns import OpColumns
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
 from neuron_studio.profiler.model.ops import collective_factor, ENGINE_CODE, ENGINES, classify_engine
-from neuron_studio.profiler.specs import ChipSpec
+from neuron_studio.hardware import ChipSpec, SpecError
 
 __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
 
@@ -44,24 +44,23 @@ class CoreRates:
 
 
 def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
-    """Per-logical-core peaks: physical-core figures × LNC; HBM/DMA split evenly across logical cores."""
-    lnc = spec.lnc_default if (config.lnc is None or spec.kind != "trainium") else config.lnc
-    if lnc > spec.neuron_cores_per_chip:
-        raise ConfigError(f"lnc={lnc} exceeds {spec.name}'s {spec.neuron_cores_per_chip} NeuronCores per chip")
-    lpc = spec.logical_cores_per_chip(lnc)
-    share = lpc if config.hbm_shared_by_cores else 1
+    """Per-logical-core rates by the accessor's core convention (`ChipSpec.core`): physical-core figures × LNC,
+    HBM/DMA split evenly across the chip's logical cores (or the whole chip's with `hbm_shared_by_cores=False`)."""
+    lnc = None if (config.lnc is None or spec.kind != "trainium") else config.lnc
+    try:
+        core = spec.core(lnc)
+    except SpecError as exc:
+        raise ConfigError(f"lnc: {exc}") from exc
+    shared = config.hbm_shared_by_cores
     return CoreRates(
-        lnc=lnc,
-        logical_cores_per_chip=lpc,
-        tensor_flops=(spec.core_tensor_bf16_flops_per_s * lnc, spec.core_tensor_fp8_flops_per_s * lnc,
-                      spec.core_tensor_fp32_flops_per_s * lnc),
-        vector_elems=(spec.vector_elems_per_cycle_32bit * spec.vector_clock_hz * lnc,
-                      spec.vector_elems_per_cycle_16bit * spec.vector_clock_hz * lnc),
-        scalar_elems=(spec.scalar_elems_per_cycle_32bit * spec.scalar_clock_hz * lnc,
-                      spec.scalar_elems_per_cycle_16bit * spec.scalar_clock_hz * lnc),
-        gpsimd_elems=spec.gpsimd_elems_per_cycle * spec.gpsimd_clock_hz * lnc,
-        dma_bytes=spec.dma_bandwidth_bytes_per_s / share,
-        hbm_bytes=spec.hbm_bandwidth_bytes_per_s / share,
+        lnc=core.lnc,
+        logical_cores_per_chip=core.cores_per_chip,
+        tensor_flops=(core.tensor_bf16_flops, core.tensor_fp8_flops, core.tensor_fp32_flops),
+        vector_elems=(core.vector_elems_32bit, core.vector_elems_16bit),
+        scalar_elems=(core.scalar_elems_32bit, core.scalar_elems_16bit),
+        gpsimd_elems=core.gpsimd_elems,
+        dma_bytes=core.dma_bytes if shared else spec.dma_bandwidth_bytes_per_s,
+        hbm_bytes=core.hbm_bytes if shared else spec.hbm_bandwidth_bytes_per_s,
         link_bytes=spec.neuronlink_bandwidth_bytes_per_s,
     )
 
