@@ -4,8 +4,7 @@ Model (deliberately simple, documented so its numbers can be read honestly):
 - Compute instruction: time = max(flops / engine peak, streamed elements / engine throughput)
   + INSTRUCTION_OVERHEAD_CYCLES at the engine clock. For the Tensor Engine the streamed term is the moving
   tile's free size (one column per cycle; slower in fp32 by the BF16/FP32 peak ratio, 4x), so small tiles show
-  their poor utilisation. Vector/Scalar Engines use their 16-bit width for dtypes of 2 bytes or fewer, as the
-  op model does.
+  their poor utilisation. Vector/Scalar Engines use their 16-bit width for floats of 2 bytes or fewer.
 - DMA: bytes / per-core DMA bandwidth + DMA_FIXED_NS per instruction. Per-core bandwidth = min(chip DMA,
   chip HBM bandwidth) shared evenly by the chip's physical NeuronCores.
 - Engines run concurrently: kernel time = max over engines of their busy time. This is an optimistic overlap
@@ -79,9 +78,10 @@ def _dma_bytes_per_ns(core: CoreFigures) -> float:
 
 
 def _narrow(dtype: str) -> bool:
-    """2 bytes or fewer: the engines' 16-bit data path (the op model's `itemsize <= 2` rule)."""
+    """Floats of 2 bytes or fewer take the engines' 16-bit data path: BF16/FP16 on every chip, FP8 documented on
+    Trn3 and assumed on Trn2 (specs.json notes); integers use the 32-bit ("others") width."""
     try:
-        return itemsize(dtype) <= 2
+        return dtype.startswith(("bfloat", "float")) and itemsize(dtype) <= 2
     except KeyError:
         return False
 

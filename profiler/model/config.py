@@ -1,6 +1,6 @@
 """Every assumption of the NeuronCore performance model, named in one place with its rationale.
 
-Nothing in `ModelConfig` is a documented hardware figure (those live in specs.json); each field is a
+Nothing in `ModelConfig` is a documented hardware figure (those live in neuron_studio/hardware/specs.json); each field is a
 judgement call the model needs. Change one with `ModelConfig(field=...)` or `config.replace(field=...)`.
 """
 from __future__ import annotations
