@@ -6,6 +6,7 @@ from typing import Any, Iterator, Sequence, overload
 
 import numpy as np
 
+from neuron_studio.hardware import ChipSpec, chip_spec
 from neuron_studio.profiler.model.columns import OpColumns, as_columns
 from neuron_studio.profiler.model.config import ModelConfig
 from neuron_studio.profiler.model.ops import ENGINES
@@ -13,7 +14,6 @@ from neuron_studio.profiler.model.schedule import (
     BOUNDS, E_DMA, E_HOST, E_NONE, R_SYNC, R_TRANSFER, REASONS, Schedule, core_rates, retime,
     schedule,
 )
-from neuron_studio.hardware import ChipSpec, chip_spec
 from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, engine_figures, ratio
 
 __all__ = ["FusionGroup", "FusionGroups", "ModeledRun", "model_run"]
