@@ -1,0 +1,356 @@
+"""Plain torch.profiler / Chrome traces (any PyTorch program) -> a `Trace`: every complete event becomes a
+`host` row; the outermost framework ops ("ns::op") on each thread become `ops`, sized from their recorded
+inputs. String tests run once per distinct name or category, then broadcast through codes."""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from neuron_studio.profiler.importers.common import BadTrace, frame_of
+from neuron_studio.profiler.importers.torch_op_sizes import derive_sizes, is_inplace, per_name
+from neuron_studio.profiler.trace import Trace
+
+__all__ = ["plain_chrome_trace"]
+
+_INT64_MAX = np.iinfo(np.int64).max
+_EMPTY: dict = {}
+_GET_PH = operator.methodcaller("get", "ph")
+_FIELDS = operator.itemgetter("name", "cat", "ts", "dur", "tid")
+_TS_LIMIT_US = 9.0e15  # int64 nanoseconds
+
+
+class _Where:
+    """Event numbers (positions in traceEvents) of the complete events, computed only for error messages."""
+
+    def __init__(self, phs: list, extra: list[int]) -> None:
+        self.phs, self.extra, self._pos = phs, extra, None
+
+    def __call__(self, j: int) -> int:
+        if self._pos is None:
+            self._pos = [i for i, p in enumerate(self.phs) if p == "X"] + self.extra
+        return self._pos[j]
+
+
+def _fail_first(values: Any, ok: Any, what: str, where: _Where) -> None:
+    for j, v in enumerate(values):
+        if not ok(v):
+            raise BadTrace(f"event {where(j)}: {what}, got {str(v)[:60]!r}")
+
+
+def _is_num(v: Any) -> bool:
+    return type(v) is int or type(v) is float
+
+
+def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
+    if not set(map(type, values)) <= {int, float}:
+        _fail_first(values, _is_num, f"{what} must be a number", where)
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except OverflowError:                                  # ints beyond float range
+        arr = np.asarray([float(v) if abs(v) < 1e308 else math.inf for v in values])
+    if not np.isfinite(arr).all():
+        j = int(np.flatnonzero(~np.isfinite(arr))[0])
+        raise BadTrace(f"event {where(j)}: {what} is not finite")
+    return arr
+
+
+def _intern_ids(values: Any, what: str, where: _Where) -> tuple[np.ndarray, dict]:
+    """pid/tid values → int64 (ints as given; strings such as "Spans" numbered above 2**40)."""
+    kinds = set(map(type, values))
+    if kinds <= {int}:
+        if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
+            _fail_first(values, lambda v: -_INT64_MAX <= v <= _INT64_MAX, f"{what} out of range", where)
+        return np.asarray(values, dtype=np.int64), {}
+    names: dict[str, int] = {}
+    out = np.empty(len(values), dtype=np.int64)
+    for j, v in enumerate(values):
+        if type(v) is int and -_INT64_MAX <= v <= _INT64_MAX:
+            out[j] = v
+        elif type(v) is str:
+            code = names.get(v)
+            if code is None:
+                code = names[v] = (1 << 40) + len(names)
+            out[j] = code
+        else:
+            raise BadTrace(f"event {where(j)}: {what} must be an integer or a string, got {str(v)[:40]!r}")
+    return out, names
+
+
+def _containing(start: np.ndarray, end: np.ndarray, thread: np.ndarray, r_start: np.ndarray, r_end: np.ndarray,
+                r_thread: np.ndarray, r_value: np.ndarray, default: Any) -> np.ndarray:
+    """Per event, the value of the latest-starting region on the same thread that contains it."""
+    out = np.full(len(start), default, dtype=r_value.dtype if len(r_value) else object)
+    for tid in np.unique(r_thread):
+        m = thread == tid
+        if not m.any():
+            continue
+        rm = r_thread == tid
+        order = np.argsort(r_start[rm], kind="stable")
+        rs, re, rv = r_start[rm][order], r_end[rm][order], r_value[rm][order]
+        k = np.searchsorted(rs, start[m], side="right") - 1
+        ok = (k >= 0) & (re[np.maximum(k, 0)] >= end[m])
+        vals = out[m]
+        vals[ok] = rv[k[ok]]
+        out[m] = vals
+    return out
+
+
+def _outermost(start: np.ndarray, end: np.ndarray, thread: np.ndarray) -> np.ndarray:
+    """Indices of events not nested inside another event of the same thread (events nest properly)."""
+    keep = []
+    for tid in np.unique(thread):
+        idx = np.flatnonzero(thread == tid)
+        order = idx[np.lexsort((-end[idx], start[idx]))]
+        e = end[order]
+        prev_max = np.maximum.accumulate(np.concatenate(([np.iinfo(np.int64).min], e[:-1])))
+        keep.append(order[~(prev_max >= e) | (np.arange(len(order)) == 0)])
+    return np.sort(np.concatenate(keep)) if keep else np.zeros(0, dtype=np.int64)
+
+
+def _step_number(s: str) -> int:
+    tail = s[len("ProfilerStep#"):]
+    return int(tail) if tail.isdigit() and len(tail) < 10 else -1
+
+
+def _pair_begin_end(evs: list[dict], pos: list[int]) -> list[dict]:
+    """Match "B"/"E" events per (pid, tid) into complete events (unmatched ones are dropped)."""
+    stacks: dict[tuple, list] = {}
+    out = []
+    for ev, p in zip(evs, pos):
+        key = (str(ev.get("pid")), str(ev.get("tid")))
+        if ev.get("ph") == "B":
+            stacks.setdefault(key, []).append((ev, p))
+            continue
+        st = stacks.get(key)
+        if not st:
+            continue
+        b, bp = st.pop()
+        tb, te = b.get("ts"), ev.get("ts")
+        if type(tb) not in (int, float) or type(te) not in (int, float):
+            raise BadTrace(f"event {bp}: ts must be a number")
+        args = dict(b["args"]) if type(b.get("args")) is dict else {}
+        if type(ev.get("args")) is dict:
+            args.update(ev["args"])
+        out.append({"ph": "X", "name": b.get("name", ev.get("name")), "cat": b.get("cat", ""),
+                    "pid": b.get("pid"), "tid": b.get("tid", 0), "ts": tb, "dur": te - tb, "args": args,
+                    "_pos": bp})
+    return out
+
+
+# -- events as columns ----------------------------------------------------------------------------------------
+@dataclass
+class _Events:
+    """The complete events as columns: names, categories, ns times from the first event, interned threads."""
+
+    xs: list[dict]
+    name: np.ndarray
+    cat: np.ndarray
+    start_ns: np.ndarray
+    dur_ns: np.ndarray
+    tids: np.ndarray
+    tid_names: dict
+    keep: np.ndarray          # all but the profiler's own whole-run span
+    t0: float                 # first kept timestamp (us)
+    cat_codes: np.ndarray
+    cat_uni: list
+    name_codes: np.ndarray
+    name_uni: Any
+
+    @property
+    def n(self) -> int:
+        return len(self.xs)
+
+    def cat_is(self, value: str) -> np.ndarray:
+        return self.cat_codes == self.cat_uni.index(value) if value in self.cat_uni else np.zeros(self.n, dtype=bool)
+
+    def name_matches(self, pred: Any) -> np.ndarray:
+        per = np.fromiter((bool(pred(x)) for x in self.name_uni), dtype=bool, count=len(self.name_uni))
+        return per[self.name_codes] if self.n else np.zeros(0, dtype=bool)
+
+
+def _complete_events(events: list) -> tuple[list[dict], _Where]:
+    """Complete events ("X"), plus B/E pairs matched per thread."""
+    if not set(map(type, events)) <= {dict}:
+        raise BadTrace(f"event {next(i for i, ev in enumerate(events) if type(ev) is not dict)} is not an object")
+    phs = list(map(_GET_PH, events))
+    xs = [ev for ev, p in zip(events, phs) if p == "X"]
+    extra: list[int] = []
+    if "B" in set(phs):
+        be_pos = [i for i, p in enumerate(phs) if p in ("B", "E")]
+        be = _pair_begin_end([events[i] for i in be_pos], be_pos)
+        xs += be
+        extra = [e.pop("_pos") for e in be]
+    return xs, _Where(phs, extra)
+
+
+def _event_columns(xs: list[dict], where: _Where) -> _Events:
+    """Check each field's type and range (naming the first bad event) and lay the events out as columns."""
+    n = len(xs)
+    try:  # fast path: every event has all five keys (torch.profiler's do)
+        names, cats, ts_l, dur_l, tid_l = zip(*map(_FIELDS, xs)) if n else ((),) * 5
+    except KeyError:
+        names = tuple(e.get("name") for e in xs)
+        cats = tuple(e.get("cat", "") for e in xs)
+        ts_l = tuple(e.get("ts") for e in xs)
+        dur_l = tuple(e.get("dur", 0) for e in xs)
+        tid_l = tuple(e.get("tid", 0) for e in xs)
+    if not set(map(type, names)) <= {str}:
+        _fail_first(names, lambda v: type(v) is str, "name must be a string", where)
+    if not set(map(type, cats)) <= {str}:
+        _fail_first(cats, lambda v: type(v) is str, "cat must be a string", where)
+    ts = _numbers(ts_l, "ts", where)
+    dur = _numbers(dur_l, "dur", where)
+    if n and (dur < 0).any():
+        j = int(np.flatnonzero(dur < 0)[0])
+        raise BadTrace(f"event {where(j)}: negative duration {dur[j]}")
+    cat_arr = np.asarray(cats, dtype=object)
+    cat_codes, cat_uni = pd.factorize(cat_arr)
+    cat_uni = list(cat_uni)
+    keep = ~(cat_codes == cat_uni.index("Trace") if "Trace" in cat_uni else np.zeros(n, dtype=bool))
+    t0 = float(ts[keep].min()) if keep.any() else 0.0
+    if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
+        raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
+    tids, tid_names = _intern_ids(tid_l, "tid", where)
+    name_arr = np.asarray(names, dtype=object)
+    name_codes, name_uni = pd.factorize(name_arr)
+    return _Events(xs=xs, name=name_arr, cat=cat_arr, start_ns=np.rint((ts - t0) * 1000.0).astype(np.int64),
+                   dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, keep=keep, t0=t0,
+                   cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni)
+
+
+# -- host rows and op rows --------------------------------------------------------------------------------------
+def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray) -> pd.DataFrame:
+    keep = ev.keep
+    return frame_of({
+        "name": ev.name[keep], "category": ev.cat[keep], "thread": ev.tids[keep],
+        "start_ns": ev.start_ns[keep], "dur_ns": ev.dur_ns[keep], "input_shapes": in_shapes[keep],
+        "flops": flops_host[keep], "stack": np.full(int(keep.sum()), None, dtype=object),
+    })
+
+
+def _region_values(ev: _Events, is_cpu_op: np.ndarray, leaf_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per op: phase (inside an autograd engine function → backward) and step (inside "ProfilerStep#N");
+    and the number of steps seen."""
+    s, e, th = ev.start_ns[leaf_rows], ev.start_ns[leaf_rows] + ev.dur_ns[leaf_rows], ev.tids[leaf_rows]
+    bwr = np.flatnonzero(is_cpu_op & ev.name_matches(lambda x: x.startswith("autograd::engine::evaluate_function")))
+    phase = _containing(s, e, th, ev.start_ns[bwr], ev.start_ns[bwr] + ev.dur_ns[bwr], ev.tids[bwr],
+                        np.full(len(bwr), "backward", dtype=object), "forward")
+    ann = np.flatnonzero(ev.cat_is("user_annotation") & ev.name_matches(lambda x: x.startswith("ProfilerStep#")))
+    step_no = np.asarray([_step_number(ev.name[i]) for i in ann], dtype=np.int64)
+    okstep = step_no >= 0
+    ann, step_no = ann[okstep], step_no[okstep]
+    steps = _containing(s, e, th, ev.start_ns[ann], ev.start_ns[ann] + ev.dur_ns[ann], ev.tids[ann],
+                        step_no, 0).astype(np.int64) if len(ann) else np.zeros(len(leaf_rows), dtype=np.int64)
+    if len(ann):
+        steps = np.clip(steps, 0, np.iinfo(np.int32).max)
+    n_steps = int(np.unique(step_no).size) if len(ann) else 1
+    return phase, steps, n_steps
+
+
+def _sizes(names: list, in_shapes: list, flops: list, row_args: list[dict]) -> list[tuple]:
+    """`derive_sizes` per op row, computed once per distinct (name, inputs, flops)."""
+    memo: dict[tuple, tuple] = {}
+    derived = []
+    for nm, sh, fl, a in zip(names, in_shapes, flops, row_args):
+        types = a.get("Input type")
+        try:
+            key = (nm, sh, tuple(types) if type(types) is list else types, fl)
+            r = memo.get(key)
+        except TypeError:                                      # unhashable junk in "Input type"
+            key = (nm, sh, str(types), fl)
+            r = memo.get(key)
+        if r is None:
+            r = memo[key] = derive_sizes(nm, a.get("Input Dims"), types, fl)
+        derived.append(r)
+    return derived
+
+
+def _ops_frame(ev: _Events, rows: np.ndarray, derived: list[tuple], phase: np.ndarray,
+               steps: np.ndarray) -> pd.DataFrame:
+    m = len(rows)
+    cols = list(zip(*derived)) if derived else [()] * 10
+    return frame_of({
+        "seq": np.arange(m, dtype=np.int64),
+        "name": ev.name[rows],
+        "overload": np.full(m, "", dtype=object),
+        "start_ns": ev.start_ns[rows],
+        "end_ns": ev.start_ns[rows] + ev.dur_ns[rows],
+        "thread": ev.tids[rows],
+        "device_index": np.zeros(m, dtype=np.int32),
+        "input_shapes": np.asarray(cols[0], dtype=object),
+        "input_dtypes": np.asarray(cols[1], dtype=object),
+        "output_shapes": np.asarray(cols[2], dtype=object),
+        "output_dtypes": np.asarray(cols[3], dtype=object),
+        "flops": np.asarray(cols[9], dtype=np.float64),
+        "in_bytes": np.asarray(cols[4], dtype=np.float64),
+        "out_bytes": np.asarray(cols[5], dtype=np.float64),
+        "elems": np.asarray(cols[6], dtype=np.float64),
+        "itemsize": np.asarray(cols[7], dtype=np.int8),
+        "dtype_class": np.asarray(cols[8], dtype=np.int8),
+        "is_view": np.zeros(m, dtype=bool),
+        "is_inplace": per_name(ev.name[rows], is_inplace),
+        "sync": np.full(m, None, dtype=object),
+        "transfer": np.full(m, None, dtype=object),
+        "transfer_bytes": np.zeros(m),
+        "fallback": np.full(m, None, dtype=object),
+        "source": np.full(m, None, dtype=object),
+        "graph": np.full(m, -1, dtype=np.int64),
+        "deterministic": np.zeros(m, dtype=bool),
+        "phase": phase,
+        "module": np.full(m, "", dtype=object),
+        "step": steps.astype(np.int32),
+    })
+
+
+def _imported_meta(ev: _Events, doc: dict, name: str, n_events: int, n_ops: int, n_steps: int) -> dict:
+    keep = ev.keep
+    span = int((ev.start_ns[keep] + ev.dur_ns[keep]).max()) if keep.any() else 0
+    source_meta = {k: v for k, v in doc.items() if k != "traceEvents"
+                   and (type(v) in (str, int, bool) or (type(v) is float and math.isfinite(v)))}
+    meta = {
+        "format": "neuron-studio-trace", "version": 1, "backend": "imported", "chip": "trn2", "mode": "eager",
+        "name": name, "status": "ok", "steps": max(1, n_steps), "warmup": 0, "wall_ns": span,
+        "dropped_events": 0,
+        "figures": {"device_time": "modeled", "engine_utilization": "modeled", "host_time": "measured",
+                    "cost": "modeled"},
+        "imported": {"kind": "chrome-trace", "file": name, "events": n_events, "complete_events": ev.n,
+                     "ops": n_ops, "start_us": ev.t0, "output_shapes": "inferred", "trace_meta": source_meta},
+    }
+    if ev.tid_names:
+        meta["imported"]["thread_names"] = {str(v): k for k, v in ev.tid_names.items()}
+    return meta
+
+
+def plain_chrome_trace(events: list, doc: dict, name: str) -> Trace:
+    """A plain Chrome trace's events (and its top-level document, for metadata) → an imported `Trace`."""
+    xs, where = _complete_events(events)
+    ev = _event_columns(xs, where)
+    n = ev.n
+    is_cpu_op = ev.cat_is("cpu_op") & ev.keep
+    op_rows = np.flatnonzero(is_cpu_op & ev.name_matches(lambda x: "::" in x and not x.startswith("autograd::")))
+    args = [xs[i].get("args") for i in op_rows]
+    args = [a if type(a) is dict else _EMPTY for a in args]
+    dims = [a.get("Input Dims") for a in args]
+    in_shapes = np.full(n, None, dtype=object)
+    in_shapes[op_rows] = [str(d) if type(d) is list else None for d in dims]
+    flops_host = np.zeros(n)
+    fl_raw = [a.get("flops", 0) for a in args]
+    flops_host[op_rows] = [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw]
+    host = _host_frame(ev, in_shapes, flops_host)
+
+    # ops: the outermost framework ops ("ns::op", e.g. aten::linear, aten::mm) on each thread: what a device
+    # backend receives. Their children (aten::t inside aten::linear) are the op's own implementation.
+    s, e, th = ev.start_ns[op_rows], ev.start_ns[op_rows] + ev.dur_ns[op_rows], ev.tids[op_rows]
+    top = _outermost(s, e, th)
+    leaf = top[np.lexsort((top, s[top]))]                      # by start time, then file order
+    rows = op_rows[leaf]
+    phase, steps, n_steps = _region_values(ev, is_cpu_op, rows)
+    derived = _sizes(ev.name[rows].tolist(), in_shapes[rows].tolist(), flops_host[rows].tolist(),
+                     [args[j] for j in leaf.tolist()])
+    ops = _ops_frame(ev, rows, derived, phase, steps)
+    return Trace(ops=ops, host=host, meta=_imported_meta(ev, doc, name, len(events), len(rows), n_steps))
