@@ -120,7 +120,7 @@ def load_stored_profile(store: RunStore, run: RunRecord | int | str) -> Any:
     meta = json.loads(store.load_table(rec.id, "meta").to_pandas()["json"].iloc[0]) if "meta" in tables else {}
     trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta)
     if "measured_summary" in meta:  # a run measured on Trainium: keep its figures, never re-model them
-        from neuron_studio.profiler.explorer import profile_from_saved
+        from neuron_studio.profiler.neuron_profile import profile_from_saved
 
         prof = profile_from_saved(trace, store.load_table(rec.id, "device_ops").to_pandas()
                                   if "device_ops" in tables else None)

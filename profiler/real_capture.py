@@ -1,7 +1,7 @@
 """Capture on real Trainium: torch.profiler + TorchNeuron's `NeuronConfig`, then Neuron Explorer -> a measured Profile.
 
     run = capture_real(step_fn, steps=1, warmup=3, out_dir="neuron_profile")
-    prof = run.profile()          # Neuron Explorer Parquet -> neuron_studio.profiler.explorer.load_neuron_profile
+    prof = run.profile()          # Neuron Explorer Parquet -> neuron_studio.profiler.neuron_profile.load_neuron_profile
 
 What happens (trainium.md §2.1):
 1. warm-up: at least `MIN_WARMUP` (3) calls outside the profiler (fewer -> `WarmupWarning`, raised to 3);
@@ -83,7 +83,7 @@ def explorer_install_message(run_dir: str | Path | None = None) -> str:
         "(aws-neuronx-tools package, e.g. `sudo apt-get install aws-neuronx-tools`; it installs into "
         "/opt/aws/neuron/bin, so add that to PATH), then run: "
         f"neuron-explorer view -d {d} --output-format parquet "
-        f"and load the result with neuron_studio.profiler.explorer.load_neuron_profile('{d}')"
+        f"and load the result with neuron_studio.profiler.neuron_profile.load_neuron_profile('{d}')"
     )
 
 
@@ -213,7 +213,7 @@ class RealRun:
         """The measured Profile (needs the Explorer Parquet; raises ExplorerNotFoundError otherwise)."""
         if self.parquet_dir is None:
             raise ExplorerNotFoundError(self.explorer_message or explorer_install_message(self.run_dir))
-        from neuron_studio.profiler.explorer import load_neuron_profile
+        from neuron_studio.profiler.neuron_profile import load_neuron_profile
         from neuron_studio.profiler.trace import Trace
 
         prof = load_neuron_profile(self.parquet_dir, chip=chip, mode=self.mode, steps=self.steps, name=self.name,

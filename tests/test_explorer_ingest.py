@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from make_explorer_fixtures import (
     EXPECTED, NKI_FILE, write_explorer_fixture, write_neuron_profile_json, write_system_profile_json,
 )
-from neuron_studio.profiler import explorer
-from neuron_studio.profiler.explorer import (
+from neuron_studio.profiler import neuron_profile
+from neuron_studio.profiler.neuron_profile import (
     MeasuredProfile, chip_from_instance_type, load_neuron_profile, profile_from_saved, read_tables,
 )
 from neuron_studio.profiler.trace import TraceFormatError
@@ -189,7 +189,7 @@ def test_fallback_ops_from_op_tracking_become_fallback_rows(fixtures: dict[str, 
     tr = OpTracking.from_api({"aten::mm", "aten::add"}, {"aten::nonzero"})
     p = load_neuron_profile(fixtures["full"], tracking=tr)
     fb = p.cpu_fallbacks()
-    assert fb["op"].tolist() == ["aten::nonzero"] and fb["reason"].iloc[0] == explorer.FALLBACK_REASON
+    assert fb["op"].tolist() == ["aten::nonzero"] and fb["reason"].iloc[0] == neuron_profile.FALLBACK_REASON
     assert p.trace.meta["op_tracking"]["fallback"] == {"aten::nonzero": 1}
     assert p.summary.fallback_ops == 1
     assert p.to_summary()["badges"]["fallbacks"] == 1

@@ -70,7 +70,7 @@ def test_emulated_never_imports_torch_neuronx_even_when_importable(tmp_path: Pat
         import json, sys, torch
         import neuron_studio
         from make_explorer_fixtures import write_explorer_fixture
-        from neuron_studio.profiler.explorer import load_neuron_profile
+        from neuron_studio.profiler.neuron_profile import load_neuron_profile
         x = torch.ones(8, 8, device="neuron")
         prof = neuron_studio.profile(lambda: (x @ x).sum(), steps=2)
         load_neuron_profile(write_explorer_fixture("fx")).to_summary()

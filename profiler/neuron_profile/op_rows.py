@@ -1,0 +1,143 @@
+"""Explorer rows -> one row per framework op: from `Instruction` (grouped per framework op, device time = union
+of instruction intervals) or else from the leaves of `FrameworkNode`."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from neuron_studio.profiler.neuron_profile.nki_kernels import kernels_per_op
+from neuron_studio.profiler.neuron_profile.tables import ExplorerTables
+from neuron_studio.profiler.neuron_profile.values import (
+    ENGINES, STUDIO_ENGINE, engine_of, intervals_len, num_col, numbers, span, split_path, str_col,
+)
+
+__all__ = ["OpRows", "ops_from_instructions", "ops_from_framework_nodes"]
+
+
+@dataclass
+class OpRows:
+    """One row per op, in the profile's own time base (not yet rebased or ordered)."""
+
+    name: np.ndarray
+    module: np.ndarray
+    start: np.ndarray
+    active: np.ndarray
+    span_end: np.ndarray
+    engine: np.ndarray
+    flops: np.ndarray
+    bytes_read: np.ndarray
+    bytes_written: np.ndarray
+    count: np.ndarray                      # instructions (or 1 per framework node)
+    hlo: np.ndarray
+    keys: list                             # per op: the grouping key (for kernel attribution)
+    kernels: dict = field(default_factory=dict)   # key -> list of kernel dicts
+
+
+def ops_from_instructions(t: ExplorerTables) -> OpRows:
+    """Instructions grouped per framework op (else per HLO name): union of their intervals, busiest engine."""
+    ins = t.get("Instruction")
+    assert ins is not None
+    n = len(ins)
+    start = num_col(ins, "start_ts")
+    end = num_col(ins, "end_ts")
+    dur = num_col(ins, "duration_ns", np.nan) if "duration_ns" in ins.columns else end - start
+    dur = np.where(np.isnan(dur), end - start, dur)
+    if "end_ts" not in ins.columns:
+        end = start + dur
+    engine = np.asarray([engine_of(v) for v in str_col(ins, "engine")], dtype=object)
+    fid = num_col(ins, "raw_framework_id", -1).astype(np.int64)
+    hlo = str_col(ins, "hlo_name")
+    layer = str_col(ins, "layer")
+    fnames: dict[int, str] = {}
+    fi = t.get("FrameworkInstruction")
+    if fi is not None and "raw_framework_id" in fi.columns and "framework_name" in fi.columns:
+        for k, v in zip(num_col(fi, "raw_framework_id", -1).astype(np.int64), str_col(fi, "framework_name")):
+            if v and int(k) not in fnames:
+                fnames[int(k)] = v
+    label = np.empty(n, dtype=object)
+    for i in range(n):
+        f = int(fid[i])
+        label[i] = fnames.get(f) or hlo[i] or layer[i] or (f"framework_op[{f}]" if f >= 0 else "(unattributed)")
+    df = pd.DataFrame({"fid": fid, "label": label, "start": start, "end": end, "dur": dur, "engine": engine,
+                       "flops": np.maximum(num_col(ins, "raw_flops") - num_col(ins, "flops_transpose"), 0.0),
+                       "rd": num_col(ins, "hbm_read_bytes"), "wr": num_col(ins, "hbm_write_bytes"), "hlo": hlo})
+    df["g"] = df.groupby(["fid", "label"], sort=False).ngroup()
+    # exact union of each op's instruction intervals: sum of max(0, end - max(start, max end so far in the op))
+    srt = df.sort_values(["g", "start"], kind="stable")
+    prev = srt.groupby("g")["end"].cummax().groupby(srt["g"]).shift(1)
+    srt_active = np.maximum(0.0, srt["end"] - np.maximum(srt["start"], prev.fillna(-np.inf)))
+    agg = pd.DataFrame({"g": srt["g"], "a": srt_active}).groupby("g")["a"].sum()
+    grp = df.groupby("g", sort=True)
+    first = grp.agg(label=("label", "first"), fid=("fid", "first"), start=("start", "min"), span_end=("end", "max"),
+                    flops=("flops", "sum"), rd=("rd", "sum"), wr=("wr", "sum"), count=("dur", "size"))
+    first["hlo"] = grp["hlo"].agg(lambda s: next((x for x in s if x), ""))
+    eng_time = df.pivot_table(index="g", columns="engine", values="dur", aggfunc="sum", fill_value=0.0)
+    engine_g = eng_time.idxmax(axis=1).reindex(first.index).fillna("none")
+    names, modules = zip(*[split_path(x) for x in first["label"]]) if len(first) else ((), ())
+    keys = [(int(f), str(lbl)) for f, lbl in zip(first["fid"], first["label"])]
+    ops = OpRows(
+        name=np.asarray(names, dtype=object), module=np.asarray(modules, dtype=object),
+        start=first["start"].to_numpy(np.float64), active=agg.reindex(first.index).to_numpy(np.float64),
+        span_end=first["span_end"].to_numpy(np.float64),
+        engine=np.asarray([STUDIO_ENGINE.get(e, "none") for e in engine_g], dtype=object),
+        flops=first["flops"].to_numpy(np.float64), bytes_read=first["rd"].to_numpy(np.float64),
+        bytes_written=first["wr"].to_numpy(np.float64), count=first["count"].to_numpy(np.int64),
+        hlo=first["hlo"].to_numpy(object), keys=keys,
+    )
+    ops.kernels = kernels_per_op(t, df["g"].to_numpy(), dur, keys)
+    return ops
+
+
+def ops_from_framework_nodes(t: ExplorerTables) -> OpRows:
+    """The leaves of the FrameworkNode tree: union of `time_intervals`, the engine with the widest span."""
+    fn = t.get("FrameworkNode")
+    assert fn is not None
+    if "framework_name" in fn.columns:
+        paths = list(str_col(fn, "framework_name"))
+        leaf = np.ones(len(fn), dtype=bool)
+    else:
+        node, parent = str_col(fn, "node_name"), str_col(fn, "parent_name")
+        parent_of: dict[str, str] = {}
+        for a, b in zip(node, parent):
+            parent_of.setdefault(a, b)
+        paths = []
+        for a in node:
+            segs, cur, seen = [a], parent_of.get(a), {a}
+            while cur and cur not in seen and cur in parent_of:
+                segs.append(cur)
+                seen.add(cur)
+                cur = parent_of.get(cur)
+            paths.append("/".join(reversed(segs)))
+        kids = str_col(fn, "children_names") if "children_names" in fn.columns else np.full(len(fn), "")
+        leaf = np.asarray([not re.sub(r"[\[\]\s,]", "", k) for k in kids], dtype=bool)
+    sel = np.flatnonzero(leaf)
+    start = num_col(fn, "start_ts")[sel]
+    end = num_col(fn, "end_ts")[sel] if "end_ts" in fn.columns else start
+    ti = str_col(fn, "time_intervals")[sel] if "time_intervals" in fn.columns else np.full(len(sel), "")
+    active = np.asarray([(intervals_len(v) if v else None) for v in ti], dtype=object)
+    active = np.asarray([a if a is not None else max(0.0, e - s) for a, s, e in zip(active, start, end)],
+                        dtype=np.float64)
+    spans = np.zeros((len(sel), len(ENGINES)))
+    for j, e in enumerate(ENGINES):
+        c = f"total_time_{e}"
+        if c in fn.columns:
+            spans[:, j] = [span(v) for v in fn[c].to_numpy(object)[sel]]
+        elif f"{e}_engine_instruction_count" in fn.columns:
+            spans[:, j] = num_col(fn, f"{e}_engine_instruction_count")[sel] * 1e-9  # tie-break only
+    engine = np.asarray([STUDIO_ENGINE[ENGINES[int(np.argmax(r))]] if r.max() > 0 else "none" for r in spans],
+                        dtype=object)
+    elems = np.asarray([sum(numbers(v)) for v in str_col(fn, "element_count_per_interval")[sel]]) \
+        if "element_count_per_interval" in fn.columns else np.zeros(len(sel))
+    telems = np.asarray([sum(numbers(v)) for v in str_col(fn, "transpose_element_count_per_interval")[sel]]) \
+        if "transpose_element_count_per_interval" in fn.columns else np.zeros(len(sel))
+    flops = 2.0 * np.maximum(elems - telems, 0.0)
+    names, modules = zip(*[split_path(paths[i]) for i in sel]) if len(sel) else ((), ())
+    return OpRows(
+        name=np.asarray(names, dtype=object), module=np.asarray(modules, dtype=object), start=start, active=active,
+        span_end=end, engine=engine, flops=flops, bytes_read=num_col(fn, "hbm_read_bytes")[sel],
+        bytes_written=num_col(fn, "hbm_write_bytes")[sel], count=np.ones(len(sel), dtype=np.int64),
+        hlo=np.full(len(sel), "", dtype=object), keys=[(-1, paths[i]) for i in sel],
+    )
