@@ -6,7 +6,9 @@ docs once. Results are DataFrames or small dataclasses so notebooks and CI can a
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import pandas as pd
@@ -195,6 +197,15 @@ class Profile:
             h100_per_1000_steps_usd=s.h100_cost_per_1000_steps_usd / n,
             h100_price_per_hour_usd=s.h100_price_per_chip_hour_usd,
         )
+
+    def export_chrome_trace(self, path: str | os.PathLike, *, bins: int = 200) -> Path:
+        """Write this run as a Chrome trace JSON, as `torch.profiler.profile.export_chrome_trace` does.
+
+        Opens in Perfetto / chrome://tracing and reads back exactly with `importers.read_trace`; `.gz` paths
+        are gzip-compressed; the file is written atomically. Returns the path written."""
+        from neuron_studio.profiler.chrome_trace import write_chrome_trace
+
+        return write_chrome_trace(self, path, bins=bins)
 
     def diff(self, other: "Profile") -> _diff.ProfileDiff:
         """Changes from `other` (before) to this profile (after), per step."""

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from neuron_studio.profiler import export
+from neuron_studio.profiler import chrome_trace, export
 from neuron_studio.profiler.capture import profile
 from neuron_studio.profiler.export import DEVICE_PID_BASE, to_chrome_trace, to_parquet
 from neuron_studio.profiler.importers import read_trace, read_trace_bytes
@@ -89,6 +89,31 @@ def test_chrome_from_trace_models_it_first(run: Profile, tmp_path: Path) -> None
     assert read_trace(path).equals(run.trace)
 
 
+def test_profile_export_chrome_trace_like_torch_profiler(run: Profile, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`prof.export_chrome_trace(path)` as on torch.profiler.profile: the file reads back with our importer
+    (exactly) and with plain `json`, holds every op, and an interrupted write leaves the old file intact."""
+    path = tmp_path / "prof.json"
+    assert run.export_chrome_trace(str(path)) == path
+    assert read_trace(path).equals(run.trace)
+    doc = json.loads(path.read_text())
+    op_events = [e for e in doc["traceEvents"] if e.get("args", {}).get("_ns", {}).get("table") == "ops"]
+    assert sorted(e["args"]["_ns"]["row"] for e in op_events) == list(range(len(run.trace.ops)))
+    assert sorted(e["name"] for e in op_events) == sorted(run.trace.ops["name"])
+    assert path.read_bytes() == to_chrome_trace(run, tmp_path / "same.json").read_bytes()
+    before = path.read_bytes()
+
+    def broken(profile, *, bins):
+        yield {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "host"}}
+        raise RuntimeError("disk on fire")
+
+    monkeypatch.setattr(chrome_trace, "chrome_events", broken)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        run.export_chrome_trace(path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["prof.json", "same.json"]   # no temp file left
+
+
 def test_parquet_round_trip_is_exact_and_replaces(run: Profile, tmp_path: Path) -> None:
     path = to_parquet(run.trace, tmp_path / "run.nstrace")
     assert sorted(p.name for p in path.iterdir()) == ["compiles.parquet", "host.parquet", "meta.json",
@@ -133,7 +158,7 @@ def test_failed_export_keeps_the_previous_file(run: Profile, tmp_path: Path, mon
         yield {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "host"}}
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(export, "chrome_events", broken)
+    monkeypatch.setattr(chrome_trace, "chrome_events", broken)
     with pytest.raises(RuntimeError, match="disk on fire"):
         to_chrome_trace(run, path)
     assert path.read_bytes() == before

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from neuron_studio.profiler.export import CHROME_FORMAT, FORMAT_VERSION, PARQUET_FORMAT, TABLES, decode_value
+from neuron_studio.profiler.trace_encoding import CHROME_FORMAT, FORMAT_VERSION, PARQUET_FORMAT, TABLES, decode_value
 from neuron_studio.profiler.importers.common import BadTrace, series
 from neuron_studio.profiler.importers.json_text import reject_constant
 from neuron_studio.profiler.trace import COMPILE_COLUMNS, HOST_COLUMNS, OPS_COLUMNS, Trace
