@@ -37,6 +37,7 @@ def load_ipython_extension(ipython) -> None:  # noqa: ANN001 - IPython's shell
     """`%load_ext neuron_studio`: register the magics (imported lazily, as pyinstrument does)."""
     from neuron_studio.magics import register_magics
 
+    register_notebook_display()
     register_magics(ipython)
 
 
@@ -44,4 +45,23 @@ def unload_ipython_extension(ipython) -> None:  # noqa: ANN001
     pass
 
 
+def register_notebook_display() -> None:
+    """Render every Profile with `neuron_studio.ui` (loaded on first display, with the session's run store).
+
+    The profiler knows no renderer: its display methods call whatever is registered here, so the import
+    points from the display layer to the profiler. Run by `import neuron_studio` and `%load_ext`.
+    """
+    from neuron_studio.profiler.display import register_display
+
+    register_display(_notebook_display)
+
+
+def _notebook_display():  # noqa: ANN202 - a neuron_studio.profiler.display.ProfileDisplay
+    from neuron_studio.session import list_session_runs, load_session_run
+    from neuron_studio.ui.display import profile_display
+
+    return profile_display(list_runs=list_session_runs, load_run=load_session_run)
+
+
 device.register()
+register_notebook_display()

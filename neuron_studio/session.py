@@ -128,3 +128,13 @@ def load_stored_profile(store: RunStore, run: RunRecord | int | str) -> Any:
         prof = Profile.from_trace(trace)
     prof.run_id = rec.id
     return prof
+
+
+def list_session_runs(limit: int = 50) -> list[RunRecord]:
+    """The latest runs in this session's store (the explorer's run picker)."""
+    return session().store.list_runs(limit=limit)
+
+
+def load_session_run(run: RunRecord | int | str) -> Any:
+    """A Profile of `run` from this session's store."""
+    return load_stored_profile(session().store, run)

@@ -20,6 +20,8 @@ from neuron_studio.profiler.analysis import blockers as _blockers
 from neuron_studio.profiler.analysis import roofline as _roof
 from neuron_studio.profiler.analysis import utilization as _util
 from neuron_studio.profiler.analysis.frame import joined_ops
+from neuron_studio.profiler.display import display_layer
+from neuron_studio.profiler.display import registered as display_registered
 from neuron_studio.profiler.trace import Trace
 
 __all__ = ["Profile", "Cost"]
@@ -223,20 +225,14 @@ class Profile:
     # -- export / display --------------------------------------------------------------------------
     def explore(self) -> Any:
         """A live explorer (panel): filters, a run picker, op table, zoomable timeline and roofline."""
-        from neuron_studio.ui.explore import explore
-
-        return explore(self)
+        return display_layer("explore()").explore(self)
 
     def timeline_figure(self) -> Any:
         """Zoomable plotly chart of the engine tracks per NeuronCore."""
-        from neuron_studio.ui.figures import timeline_figure
-
-        return timeline_figure(self.ops)
+        return display_layer("timeline_figure()").timeline_figure(self.ops)
 
     def roofline_figure(self) -> Any:
-        from neuron_studio.ui.figures import roofline_figure
-
-        return roofline_figure(self.roofline(), self.roofs())
+        return display_layer("roofline_figure()").roofline_figure(self.roofline(), self.roofs())
 
     def to_summary(self, **extra: Any) -> dict[str, Any]:
         """The compact JSON summary (the MIME payload the notebook and the JupyterLab extension render)."""
@@ -245,11 +241,9 @@ class Profile:
         return profile_summary(self, **extra)
 
     def _repr_mimebundle_(self, include: Any = None, exclude: Any = None) -> dict[str, Any]:
-        from neuron_studio.ui.bundle import mime_bundle
-
-        return mime_bundle(self.summary_payload or self.to_summary())
+        return display_layer("_repr_mimebundle_()").mime_bundle(self.summary_payload or self.to_summary())
 
     def __repr__(self) -> str:
-        from neuron_studio.ui.text import render_text
-
-        return render_text(self.summary_payload or self.to_summary())
+        if not display_registered():  # repr must not raise (debuggers, tracebacks): say what is missing
+            return f"<Profile run {self.run_id!r}: no display layer registered (import neuron_studio to render)>"
+        return display_layer("__repr__()").text(self.summary_payload or self.to_summary())

@@ -5,6 +5,7 @@ one instruction (activations on the Scalar Engine, the rest on the Vector Engine
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -188,9 +189,24 @@ def num_programs(axes: int | None = None) -> int:
     return 1
 
 
+@dataclass(frozen=True, eq=False)
+class LanguageOp(Op):
+    """`nl.exp(t)`, `nl.add(a, b)`: the operator called on tiles runs as a language-level op (new SBUF tile).
+
+    Defined here rather than on `Op` so that `ops` stays below `isa` and `language` (no import cycle).
+    """
+
+    def __call__(self, *args: Any, **kwargs: Any) -> NkiTensor:
+        return _apply_op(self, *args, **kwargs)
+
+
+_LANGUAGE_OPS = {
+    name: LanguageOp(**{f.name: getattr(op, f.name) for f in fields(Op)})
+    for name, op in {**UNARY, **BINARY}.items()
+}
+
+
 def __getattr__(name: str) -> Any:
-    if name in UNARY:
-        return UNARY[name]
-    if name in BINARY:
-        return BINARY[name]
+    if name in _LANGUAGE_OPS:
+        return _LANGUAGE_OPS[name]
     raise AttributeError(f"nki.language has no attribute {name!r} in the Neuron Studio interpreter")

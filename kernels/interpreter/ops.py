@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -11,18 +11,13 @@ __all__ = ["Op", "UNARY", "BINARY"]
 
 @dataclass(frozen=True, eq=False)
 class Op:
-    """An NKI math operator. Calling it on tiles runs it as a language-level op (allocates an SBUF result)."""
+    """An NKI math operator as `nki.isa` takes it (`op=`). `nki.language` exposes callable copies."""
 
     name: str
     fn: Callable[..., np.ndarray]
     arity: int
     reduce: Callable[..., np.ndarray] | None = None
     flops_per_element: int = 1
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from . import language  # late: language imports ops
-
-        return language._apply_op(self, *args, **kwargs)
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"

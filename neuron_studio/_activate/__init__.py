@@ -107,8 +107,7 @@ class _Activation:
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> None:
-        import neuron_studio  # noqa: F401 - registers the neuron device
-        from neuron_studio import device
+        from neuron_studio import device  # importing the package registers the neuron device
 
         if device.backend() == "emulated":
             from neuron_studio.device.emulator import distributed

@@ -9,6 +9,7 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
+from neuron_studio.device.errors import BackendError
 from neuron_studio.device.events import EventBus, OpEvent, Subscription
 from neuron_studio.device.targets import TARGETS, Target, target_for
 
@@ -29,10 +30,6 @@ __all__ = [
 ENV_BACKEND = "NEURON_STUDIO_BACKEND"
 ENV_CHIP = "NEURON_STUDIO_CHIP"
 ENV_LNC = "NEURON_LOGICAL_NC_CONFIG"
-
-
-class BackendError(RuntimeError):
-    """The requested backend cannot be used here (names what is missing and how to fix it)."""
 
 
 @dataclass

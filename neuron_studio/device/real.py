@@ -40,7 +40,7 @@ def register_real(registry: Any) -> None:
     import torch
 
     if getattr(torch, "neuron", None) is None:  # pragma: no cover - TorchNeuron always creates it
-        from neuron_studio.device import BackendError
+        from neuron_studio.device.errors import BackendError
 
         raise BackendError("torch_neuronx imported but did not create torch.neuron; reinstall torch-neuronx")
 

@@ -1,25 +1,43 @@
 """`profile.explore()`: a live panel explorer (filters, run picker, op table, timeline, roofline).
 
 Panel is loaded with `inline=True` so nothing is fetched from a CDN. The explorer only filters and lays
-out what the Profile computed; a run picked from the store is loaded through the session.
+out what the Profile computed. The run picker lists and loads runs through the `RunSource` it is given
+(the session's run store in a notebook), so the display layer does not reach up into the session.
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
-__all__ = ["Explorer", "explore"]
+__all__ = ["Explorer", "RunSource", "NO_RUNS", "explore"]
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where the run picker finds runs: `list_runs()` -> run records, `load_run(run_id)` -> Profile."""
+
+    list_runs: Callable[[], list[Any]]
+    load_run: Callable[[Any], Any]
+
+
+def _no_run(run_id: Any) -> Any:
+    raise LookupError(f"run {run_id!r}: this explorer has no run store to load runs from")
+
+
+NO_RUNS = RunSource(list_runs=list, load_run=_no_run)  # only the profile being explored
 
 
 class Explorer:
     """Holds the widgets; `.view` is the panel layout (displayed in a notebook)."""
 
-    def __init__(self, prof: Any) -> None:
+    def __init__(self, prof: Any, runs: RunSource = NO_RUNS) -> None:
         import panel as pn
 
         from neuron_studio.ui.figures import roofline_figure, timeline_figure
 
         pn.extension("tabulator", "plotly", inline=True)
         self.prof = prof
+        self.runs = runs
         self.text = pn.widgets.TextInput(name="op contains", value="")
         engines = sorted(set(prof.ops["engine"]))
         self.engine = pn.widgets.MultiChoice(name="engines", options=engines, value=engines)
@@ -38,10 +56,8 @@ class Explorer:
         )
 
     def _runs(self) -> dict[str, Any]:
-        from neuron_studio.session import session
-
         try:
-            runs = session().store.list_runs(limit=50)
+            runs = self.runs.list_runs()
         except Exception:  # noqa: BLE001 - no store: only the current profile
             runs = []
         opts = {f"{r.id} {r.name or ''} ({r.mode}, {r.status})": r.id for r in runs}
@@ -62,13 +78,11 @@ class Explorer:
         self.table.value = self.table_frame()
 
     def _pick_run(self, event: Any) -> None:
-        from neuron_studio.session import load_stored_profile, session
-
         if event.new is None or event.new == self.prof.run_id:
             return
         from neuron_studio.ui.figures import roofline_figure, timeline_figure
 
-        self.prof = load_stored_profile(session().store, event.new)
+        self.prof = self.runs.load_run(event.new)
         engines = sorted(set(self.prof.ops["engine"]))
         self.engine.options = engines
         self.engine.value = engines
@@ -80,5 +94,5 @@ class Explorer:
         return self.view._repr_mimebundle_(include, exclude)
 
 
-def explore(prof: Any) -> Explorer:
-    return Explorer(prof)
+def explore(prof: Any, runs: RunSource = NO_RUNS) -> Explorer:
+    return Explorer(prof, runs)

@@ -5,6 +5,7 @@ This is the only place that changes torch's global state, and it runs only from
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from typing import Any
@@ -238,25 +239,27 @@ def _register_autocast() -> None:
 
 
 def _skip_dirs() -> tuple[str, ...]:
-    import neuron_studio
+    """Directories whose frames are not user code: torch, contextlib and this package's source trees.
 
-    dirs = [os.path.dirname(torch.__file__) + os.sep, os.path.dirname(neuron_studio.__file__) + os.sep]
-    try:
-        import neuron_studio.profiler as prof
-
-        dirs.append(os.path.dirname(prof.__file__) + os.sep)
-    except ImportError:
-        pass
-    try:
-        import neuron_studio.kernels as kern
-
-        dirs.append(os.path.dirname(kern.__file__) + os.sep)
-    except ImportError:
-        pass
+    The profiler and kernel directories are located with `find_spec`, which reads the installer's layout
+    (a wheel, or an editable install mapping `neuron_studio.profiler` to `profiler/`) without importing
+    them: the device stays below the profiler and kernels, and `import neuron_studio` stays light.
+    """
     import contextlib
 
-    dirs.append(os.path.dirname(contextlib.__file__) + os.sep)
-    return tuple(dirs)
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(contextlib.__file__)]
+    dirs += _package_dirs(__name__.split(".")[0], ("profiler", "kernels"))
+    return tuple(os.path.join(d, "") for d in dirs)
+
+
+def _package_dirs(root: str, subpackages: tuple[str, ...]) -> list[str]:
+    """Source directories of `root` and of `root.<sub>` for each installed subpackage (none are imported)."""
+    dirs = []
+    for name in (root, *(f"{root}.{sub}" for sub in subpackages)):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs.extend(os.path.abspath(loc) for loc in spec.submodule_search_locations)
+    return dirs
 
 
 def register_emulator(registry: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from neuron_studio.device import events as ev
+from neuron_studio.device.emulator.tensor import check_index, current_device, set_current_device
 
 __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device", "synchronize",
@@ -23,7 +24,6 @@ __all__ = [
     "get_amp_supported_dtype", "is_bf16_supported", "device", "DeviceProperties",
 ]
 
-_local = threading.local()
 _registry = None  # the device registry (neuron_studio.device._Registry), bound by bind()
 
 
@@ -56,10 +56,6 @@ def device_count() -> int:
     return _reg().device_count
 
 
-def current_device() -> int:
-    return getattr(_local, "index", 0)
-
-
 def _index(device: Any) -> int:
     if device is None:
         return current_device()
@@ -70,13 +66,11 @@ def _index(device: Any) -> int:
         if d.type != "neuron":
             raise ValueError(f"expected a neuron device, got {d}")
         idx = d.index if d.index is not None else current_device()
-    from neuron_studio.device.emulator.tensor import check_index
-
     return check_index(idx)
 
 
 def set_device(device: Any) -> None:
-    _local.index = _index(device)
+    set_current_device(_index(device))
 
 
 class device:
@@ -87,10 +81,10 @@ class device:
 
     def __enter__(self) -> None:
         self.prev = current_device()
-        _local.index = self.idx
+        set_current_device(self.idx)
 
     def __exit__(self, *exc: object) -> None:
-        _local.index = self.prev
+        set_current_device(self.prev)
 
 
 def synchronize(device: Any = None) -> None:

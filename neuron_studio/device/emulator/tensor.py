@@ -546,12 +546,23 @@ def configure(bus: ev.EventBus, memory: MemoryTracker, device_count: int, skip_d
         _DTYPE_NAMES[dt] = str(dt).removeprefix("torch.")
 
 
+_current = threading.local()  # this thread's current neuron device (torch.neuron.set_device)
+
+
+def current_device() -> int:
+    """This thread's current neuron device ordinal (0 until `set_current_device`)."""
+    return getattr(_current, "index", 0)
+
+
+def set_current_device(index: int) -> None:
+    """Make `index` (already validated by `check_index`) this thread's current neuron device."""
+    _current.index = index
+
+
 def check_index(index: int | None) -> int:
     """Validate a device ordinal the way CUDA does, naming how many devices exist."""
     if index is None:
-        from neuron_studio.device.emulator import runtime
-
-        return runtime.current_device()
+        return current_device()
     if index < 0 or index >= _count:
         raise RuntimeError(
             f"neuron: invalid device ordinal {index}: this (emulated) chip has {_count} logical NeuronCores "
