@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES
+
 __all__ = ["KernelEntry", "KernelMatch", "KernelRegistry", "get_registry", "lookup", "lookup_module",
            "is_gated_mlp", "GATE_NAMES"]
 
@@ -166,7 +168,7 @@ def lookup(op_name: str, module_path: str | None = None, module_class: str | Non
     return get_registry().lookup(op_name, module_path, module_class)
 
 
-GATE_NAMES = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
+GATE_NAMES = GATED_MLP_NAMES  # re-exported: the one definition is in the profiler's vocabulary
 
 
 def is_gated_mlp(module: Any) -> bool:

@@ -17,11 +17,11 @@ from typing import Any, Callable
 import torch
 
 from neuron_studio import device as _device
+from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "StaticShapeError",
            "compile_cell_function"]
 
-MODES = ("eager", "adaptive", "compile")
 
 
 class StaticShapeError(RuntimeError):

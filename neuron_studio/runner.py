@@ -171,21 +171,12 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     if reg.backend == "real":
         return _run_cell_real(shell, spec, fn, (spec.chip or reg.target.chip).lower())
 
-    from neuron_studio.modes import graph_break_counts, mode_settings
+    from neuron_studio.modes import graph_break_counts
     from neuron_studio.profiler.capture import Capture
-    from neuron_studio.store import make_cell_key
 
-    sess = session()
-    store = sess.store
-    notebook, cell_id = _notebook_and_cell(shell)
-    cell_key = make_cell_key(notebook, cell_id=cell_id or (f"name:{spec.name}" if spec.name else None),
-                             cell_source=spec.source)
-    settings = mode_settings(spec.mode)
     chip = (spec.chip or reg.target.chip).lower()
-    run_id = store.begin_run(
-        cell_source=spec.source, options={**asdict(spec), "source": None, "switches": settings.switches},
-        name=spec.name, cell_key=cell_key, notebook=notebook, mode=spec.mode, chip=chip, backend=reg.backend,
-    )
+    sess, run_id, notebook, cell_key, settings = _begin_cell_run(shell, spec, chip, reg.backend)
+    store = sess.store
     try:
         for _ in range(spec.warmup):
             fn()
@@ -244,22 +235,29 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     return prof
 
 
-def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) -> Any:
-    """On Trainium: torch.profiler + NeuronConfig capture, op tracking, then Neuron Explorer's measured figures."""
+def _begin_cell_run(shell: Any, spec: CellRun, chip: str, backend: str) -> tuple[Any, int, str | None, str, Any]:
+    """Open the cell's run in the session's store: (session, run id, notebook, cell key, mode settings)."""
     from neuron_studio.modes import mode_settings
-    from neuron_studio.profiler.real_capture import ExplorerNotFoundError, NeuronCaptureOptions, capture_real
     from neuron_studio.store import make_cell_key
 
     sess = session()
-    store = sess.store
     notebook, cell_id = _notebook_and_cell(shell)
     cell_key = make_cell_key(notebook, cell_id=cell_id or (f"name:{spec.name}" if spec.name else None),
                              cell_source=spec.source)
     settings = mode_settings(spec.mode)
-    run_id = store.begin_run(
+    run_id = sess.store.begin_run(
         cell_source=spec.source, options={**asdict(spec), "source": None, "switches": settings.switches},
-        name=spec.name, cell_key=cell_key, notebook=notebook, mode=spec.mode, chip=chip, backend="real",
+        name=spec.name, cell_key=cell_key, notebook=notebook, mode=spec.mode, chip=chip, backend=backend,
     )
+    return sess, run_id, notebook, cell_key, settings
+
+
+def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) -> Any:
+    """On Trainium: torch.profiler + NeuronConfig capture, op tracking, then Neuron Explorer's measured figures."""
+    from neuron_studio.profiler.real_capture import ExplorerNotFoundError, NeuronCaptureOptions, capture_real
+
+    sess, run_id, notebook, cell_key, settings = _begin_cell_run(shell, spec, chip, "real")
+    store = sess.store
     try:
         run = capture_real(fn, steps=spec.steps, warmup=spec.warmup, mode=spec.mode, name=spec.name, chip=chip,
                            options=NeuronCaptureOptions(out_dir=store.root / "neuron_profile" / str(run_id)))

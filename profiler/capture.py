@@ -27,10 +27,10 @@ import torch
 
 from neuron_studio import device as _device
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
+from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES, MODES
 
 __all__ = ["Capture", "profile", "MODES"]
 
-MODES = ("eager", "adaptive", "compile")
 
 
 def _forward_sources(events: list) -> dict[int, str]:
@@ -50,14 +50,11 @@ def _autograd_seq() -> int:
     return int(torch._C._autograd._get_sequence_nr())
 
 
-_GATED = (("gate_proj", "up_proj", "down_proj"), ("w1", "w3", "w2"), ("gate", "up", "down"))
-
-
 def _class_label(module: torch.nn.Module) -> str:
     """Class name, tagged ":GatedMLP" for a module with gate/up/down Linear children (SiLU-gated MLP shape)."""
     name = type(module).__name__
     children = {n for n, c in module.named_children() if isinstance(c, torch.nn.Linear)}
-    if any(set(t) <= children for t in _GATED):
+    if any(set(t) <= children for t in GATED_MLP_NAMES):
         return f"{name}:GatedMLP"
     return name
 

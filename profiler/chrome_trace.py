@@ -20,6 +20,7 @@ from neuron_studio.profiler.trace import Trace
 from neuron_studio.profiler.trace_encoding import (
     CHROME_FORMAT, FORMAT_VERSION, TABLES, atomic_write, column_values, dtype_names, dumps_ascii, json_meta,
 )
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["write_chrome_trace", "chrome_events", "chrome_metadata", "DEVICE_PID_BASE", "ENGINE_THREADS"]
 
@@ -88,7 +89,7 @@ def chrome_events(profile: Any, *, bins: int = 200) -> Iterator[dict]:
         yield _meta_event("process_labels", pid, 0, {"labels": label})
         used = set(ops.loc[ops["core"] == core, "engine"].tolist())
         for eng, tid in ENGINE_THREADS.items():
-            if eng in used or eng in ("tensor", "vector", "scalar", "gpsimd", "dma"):
+            if eng in used or eng in DEVICE_ENGINES:
                 yield _meta_event("thread_name", pid, tid, {"name": _THREAD_LABEL.get(eng, eng)})
                 yield _meta_event("thread_sort_index", pid, tid, {"sort_index": tid})
     if len(ops):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+
 __all__ = ["profile_summary", "SUMMARY_VERSION"]
 
 SUMMARY_VERSION = 1
@@ -35,7 +37,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     cost = prof.cost()
     table = prof.op_table(top=_TOP_TABLE)
     util = prof.engine_utilization(bins=timeline_bins)
-    engines = ["tensor", "vector", "scalar", "gpsimd", "dma"]
+    engines = list(DEVICE_ENGINES)
     steps = prof.steps
     hot = []
     for h in prof.hot_path():

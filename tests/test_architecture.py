@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -303,6 +304,52 @@ def test_import_neuron_studio_loads_no_kernel_or_display_module() -> None:
     assert "neuron_studio.device" in loaded, loaded
     heavy = [m for m in loaded if _within(m, "neuron_studio.kernels") or _within(m, "neuron_studio.ui")]
     assert heavy == [], f"`import neuron_studio` loaded {heavy}"
+
+
+def test_emulator_finds_source_dirs_without_importing_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames in the profiler and kernels are not user code; their directories are found, never imported.
+
+    Checked for this install (editable: `neuron_studio.profiler` maps to profiler/, kernels to kernels/)
+    and for a wheel's layout (subpackages nested under the package directory).
+    """
+    from neuron_studio.device.emulator.registration import _package_dirs, _skip_dirs
+
+    skip = _skip_dirs()
+    for sub in ("neuron_studio", "profiler", "kernels"):
+        assert str(ROOT / sub) + "/" in skip, (sub, skip)
+    wheel = tmp_path / "wheelpkg"
+    _write(tmp_path, {
+        "wheelpkg/__init__.py": "",
+        "wheelpkg/profiler/__init__.py": "raise RuntimeError('the profiler must not be imported')\n",
+    })
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _package_dirs("wheelpkg", ("profiler", "kernels")) == [str(wheel), str(wheel / "profiler")]
+    assert "wheelpkg.profiler" not in sys.modules
+
+
+def test_profile_display_without_a_display_layer_names_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The profiler renders only through what the display layer registered; with none, it says so."""
+    from neuron_studio.profiler import display
+    from neuron_studio.profiler.profile import Profile
+
+    monkeypatch.setattr(display._REGISTRY, "loader", None)
+    monkeypatch.setattr(display._REGISTRY, "loaded", None)
+    prof = Profile.__new__(Profile)  # the display methods ask for the layer before touching the profile
+    prof.run_id = 7
+    for call, name in ((prof.explore, "explore()"), (prof.timeline_figure, "timeline_figure()"),
+                       (prof._repr_mimebundle_, "_repr_mimebundle_()")):
+        with pytest.raises(display.DisplayLayerMissing, match=re.escape(f"Profile.{name} needs a display layer")):
+            call()
+    assert repr(prof) == "<Profile run 7: no display layer registered (import neuron_studio to render)>"
+
+
+def test_import_neuron_studio_registers_the_notebook_display() -> None:
+    from neuron_studio.profiler.display import display_layer
+    from neuron_studio.ui.bundle import mime_bundle
+    from neuron_studio.ui.text import render_text
+
+    layer = display_layer("test")
+    assert layer.mime_bundle is mime_bundle and layer.text is render_text
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick listing while refactoring

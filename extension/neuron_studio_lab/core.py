@@ -26,11 +26,11 @@ __all__ = [
     "BadRequest",
     "Forbidden",
     "NotFound",
-    "ENGINES",
     "DEFAULT_BINS",
     "MAX_BINS",
     "MAX_PAGE_SIZE",
     "run_store_module",
+    "studio_module",
     "kernels_dir",
     "resolve_inside",
     "store_for_notebook",
@@ -40,8 +40,6 @@ __all__ = [
     "kernel_source",
 ]
 
-#: Engines in display order; ops on other engines (e.g. "none") are reported under their own name.
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
 DEFAULT_BINS = 200
 MAX_BINS = 5000
 DEFAULT_PAGE_SIZE = 100
@@ -99,21 +97,48 @@ def _package_dir(fullname: str) -> Path | None:
     return Path(list(spec.submodule_search_locations)[0])
 
 
-@lru_cache(maxsize=1)
-def run_store_module() -> ModuleType:
-    """`neuron_studio.store`: the imported module when present, else loaded from its file."""
-    mod = sys.modules.get("neuron_studio.store")
+def _subpackage_dir(sub: str) -> Path | None:
+    """`neuron_studio.<sub>`'s directory: an editable install may map it anywhere; a wheel nests it."""
+    found = _package_dir(f"neuron_studio.{sub}")
+    if found is None:
+        pkg = _package_dir("neuron_studio")
+        found = None if pkg is None else pkg / sub
+    return found
+
+
+# Modules the server may load from their files: they import nothing from neuron_studio (so not torch).
+_TORCH_FREE_MODULES = {
+    "neuron_studio.store": (None, "store.py"),
+    "neuron_studio.profiler.vocabulary": ("profiler", "vocabulary.py"),
+    "neuron_studio.profiler.analysis.binning": ("profiler", "analysis/binning.py"),
+}
+
+
+@lru_cache(maxsize=None)
+def studio_module(name: str) -> ModuleType:
+    """One of neuron_studio's torch-free modules: the imported module when present, else loaded from its file.
+
+    The studio's single definitions (the run store, engine names, timeline binning) are shared this way
+    instead of being copied into the extension.
+    """
+    mod = sys.modules.get(name)
     if mod is not None:
         return mod
-    pkg = _package_dir("neuron_studio")
-    if pkg is None or not (pkg / "store.py").is_file():
-        raise ApiError("neuron_studio is not installed in the Jupyter server's environment")
-    spec = importlib.util.spec_from_file_location("neuron_studio_lab._run_store", pkg / "store.py")
+    sub, rel = _TORCH_FREE_MODULES[name]
+    base = _package_dir("neuron_studio") if sub is None else _subpackage_dir(sub)
+    if base is None or not (base / rel).is_file():
+        raise ApiError(f"{name} is not installed in the Jupyter server's environment (install neuron_studio)")
+    spec = importlib.util.spec_from_file_location(f"neuron_studio_lab._{name.rpartition('.')[2]}", base / rel)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses need the module registered while it executes
     spec.loader.exec_module(mod)
     return mod
+
+
+def run_store_module() -> ModuleType:
+    """`neuron_studio.store`: the imported module when present, else loaded from its file."""
+    return studio_module("neuron_studio.store")
 
 
 def kernels_dir() -> Path | None:
@@ -124,10 +149,7 @@ def kernels_dir() -> Path | None:
     env = os.environ.get("NEURON_STUDIO_KERNELS_DIR")
     if env:
         return Path(env).resolve()
-    found = _package_dir("neuron_studio.kernels")
-    if found is None:
-        pkg = _package_dir("neuron_studio")
-        found = None if pkg is None else pkg / "kernels"
+    found = _subpackage_dir("kernels")
     return found.resolve() if found is not None and found.is_dir() else None
 
 
@@ -225,21 +247,6 @@ def get_run(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -
 # -- timeline ---------------------------------------------------------------------------------------
 
 
-def _coverage(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Busy time per bin: sum over ops of |[start, end) ∩ bin|, exact, O((n + bins) log n).
-
-    F(t) = Σ max(0, t - start) - Σ max(0, t - end); the busy time in [a, b) is F(b) - F(a).
-    """
-    def ramp_sum(points: np.ndarray) -> np.ndarray:
-        pts = np.sort(points)
-        prefix = np.concatenate(([0.0], np.cumsum(pts)))
-        k = np.searchsorted(pts, edges, side="left")
-        return k * edges - prefix[k]
-
-    total = ramp_sum(starts) - ramp_sum(ends)
-    return np.diff(total)
-
-
 def timeline(
     root_dir: str | os.PathLike[str],
     notebook_path: str,
@@ -292,14 +299,17 @@ def timeline(
     rel_e = (ends - lo).astype(np.float64)
     bin_ns = span / bins
 
-    present = [e for e in dict.fromkeys(engines.tolist()) if e not in ENGINES]
+    # engines in display order; ops on other engines (e.g. "none") are reported under their own name
+    device_engines = studio_module("neuron_studio.profiler.vocabulary").DEVICE_ENGINES
+    interval_coverage = studio_module("neuron_studio.profiler.analysis.binning").interval_coverage
+    present = [e for e in dict.fromkeys(engines.tolist()) if e not in device_engines]
     util: dict[str, list[float]] = {}
-    for engine in (*ENGINES, *sorted(map(str, present))):
+    for engine in (*device_engines, *sorted(map(str, present))):
         mask = engines == engine
         if not mask.any():
             util[engine] = [0.0] * bins
             continue
-        busy = _coverage(edges, rel_s[mask], rel_e[mask])
+        busy = interval_coverage(edges, rel_s[mask], rel_e[mask])
         util[engine] = np.clip(busy / (bin_ns * n_cores), 0.0, 1.0).round(6).tolist()
 
     out: dict[str, Any] = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -147,7 +149,8 @@ async def test_timeline_bins(jp_fetch, seeded) -> None:  # noqa: ANN001
 
 def test_coverage_partial_overlap() -> None:
     edges = np.array([0.0, 10.0, 20.0, 30.0])
-    busy = core._coverage(edges, np.array([5.0, 12.0]), np.array([15.0, 13.0]))
+    interval_coverage = core.studio_module("neuron_studio.profiler.analysis.binning").interval_coverage
+    busy = interval_coverage(edges, np.array([5.0, 12.0]), np.array([15.0, 13.0]))
     assert busy.tolist() == pytest.approx([5.0, 6.0, 0.0])
 
 
@@ -310,6 +313,20 @@ def test_store_is_loaded_without_importing_neuron_studio_package() -> None:
     mod = core.run_store_module()
     assert hasattr(mod, "RunStore")
     assert os.path.basename(mod.__file__) == "store.py"
+
+
+def test_shared_studio_modules_load_without_torch() -> None:
+    """The server reuses the studio's engine names and binning from their files, without importing torch."""
+    code = (
+        "import sys\n"
+        "from neuron_studio_lab import core\n"
+        "v = core.studio_module('neuron_studio.profiler.vocabulary')\n"
+        "b = core.studio_module('neuron_studio.profiler.analysis.binning')\n"
+        "print(v.DEVICE_ENGINES, b.interval_coverage.__name__, 'torch' in sys.modules, 'neuron_studio' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.split() == ["('tensor',", "'vector',", "'scalar',", "'gpsimd',", "'dma')", "interval_coverage",
+                                  "False", "False"]
 
 
 def test_labextension_is_installed_and_enabled():

@@ -4,9 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator
 
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+
 __all__ = ["Instruction", "KernelTrace", "ENGINES"]
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+ENGINES = DEVICE_ENGINES
 
 
 @dataclass(frozen=True)

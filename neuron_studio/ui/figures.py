@@ -10,9 +10,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, HOST_ENGINE
+
 __all__ = ["timeline_frame", "timeline_figure", "roofline_figure"]
 
-ENGINE_ORDER = ["tensor", "vector", "scalar", "gpsimd", "dma", "host"]
+ENGINE_ORDER = [*DEVICE_ENGINES, HOST_ENGINE]
 COLORS = {"tensor": "#4e79a7", "vector": "#59a14f", "scalar": "#f28e2b", "gpsimd": "#b07aa1", "dma": "#9c755f",
           "host": "#e15759"}
 

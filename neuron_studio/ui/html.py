@@ -9,7 +9,9 @@ import html
 import uuid
 from typing import Any
 
-__all__ = ["render_html", "fmt_ns", "CSS"]
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+
+__all__ = ["render_html", "fmt_ns", "fmt_pct", "escape", "CSS"]
 
 ENGINE_COLORS = {"tensor": "#4e79a7", "vector": "#59a14f", "scalar": "#f28e2b", "gpsimd": "#b07aa1",
                  "dma": "#9c755f", "host": "#e15759"}
@@ -49,11 +51,13 @@ def fmt_ns(ns: Any) -> str:
     return f"{ns:.0f} ns"
 
 
-def _pct(v: Any) -> str:
-    return "–" if v is None else f"{float(v) * 100:.1f}%"
+def fmt_pct(v: Any, missing: str = "–") -> str:
+    """A 0..1 fraction as a percentage with one decimal (`missing` when None)."""
+    return missing if v is None else f"{float(v) * 100:.1f}%"
 
 
-def _e(v: Any) -> str:
+def escape(v: Any) -> str:
+    """Anything from a trace or a cell, made safe to put into HTML (text and attribute values)."""
     return html.escape("" if v is None else str(v), quote=True)
 
 
@@ -72,7 +76,7 @@ def _source(src: Any) -> str:
 
 
 def _table(headers: list[str], rows: list[list[tuple[str, bool]]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td class='n'>{c}</td>" if num else f"<td>{c}</td>" for c, num in r)
                    + "</tr>" for r in rows)
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
@@ -83,9 +87,9 @@ def _engines(s: dict) -> str:
     for e in s.get("engines", []):
         u = float(e.get("utilization") or 0.0)
         color = ENGINE_COLORS.get(e.get("engine"), "#888")
-        out.append(f"<div class='bar'><span class='nm'>{_e(e.get('engine'))}</span><span class='bg'>"
+        out.append(f"<div class='bar'><span class='nm'>{escape(e.get('engine'))}</span><span class='bg'>"
                    f"<div class='fg' style='width:{min(100.0, u * 100):.1f}%;background:{color}'></div></span>"
-                   f"<span class='v'>{_pct(u)} · {fmt_ns(e.get('busy_ns'))}/step</span></div>")
+                   f"<span class='v'>{fmt_pct(u)} · {fmt_ns(e.get('busy_ns'))}/step</span></div>")
     return "".join(out)
 
 
@@ -95,17 +99,17 @@ def _hot(s: dict, limit: int = 6) -> str:
         k = h.get("kernel")
         kernel = "–"
         if k:
-            loc = f"{_e(str(k.get('file') or '').rsplit('/', 1)[-1])}:{_e(k.get('line') or '')}" if k.get("file") else ""
-            kernel = f"{_e(k.get('name'))} <span class='muted'>({_e(k.get('kind'))}) {loc}</span>"
-        rows.append([(_e(h.get("op")), False), (_e(h.get("module")), False), (_e(_source(h.get("source"))), False),
-                     (fmt_ns(h.get("device_ns")), True), (_pct(h.get("share")), True),
-                     (f"<span title='{_e(h.get('why'))}'>{_e(h.get('bound'))}</span>", False), (kernel, False)])
+            loc = f"{escape(str(k.get('file') or '').rsplit('/', 1)[-1])}:{escape(k.get('line') or '')}" if k.get("file") else ""
+            kernel = f"{escape(k.get('name'))} <span class='muted'>({escape(k.get('kind'))}) {loc}</span>"
+        rows.append([(escape(h.get("op")), False), (escape(h.get("module")), False), (escape(_source(h.get("source"))), False),
+                     (fmt_ns(h.get("device_ns")), True), (fmt_pct(h.get("share")), True),
+                     (f"<span title='{escape(h.get('why'))}'>{escape(h.get('bound'))}</span>", False), (kernel, False)])
     return _table(["op", "module", "source", "device/step", "share", "bound", "NKI kernel"], rows)
 
 
 def _timeline_svg(s: dict, width: int = 900, row_h: int = 14) -> str:
     tl = s.get("timeline") or {}
-    engines = [e for e in ("tensor", "vector", "scalar", "gpsimd", "dma") if e in tl]
+    engines = [e for e in DEVICE_ENGINES if e in tl]
     starts = tl.get("start_ns") or []
     if not engines or not starts:
         return "<p class='muted'>no device timeline</p>"
@@ -115,7 +119,7 @@ def _timeline_svg(s: dict, width: int = 900, row_h: int = 14) -> str:
              f"role='img' aria-label='engine utilization over time'>"]
     for r, eng in enumerate(engines):
         y = r * row_h
-        parts.append(f"<text x='0' y='{y + row_h - 3}' font-size='10'>{_e(eng)}</text>")
+        parts.append(f"<text x='0' y='{y + row_h - 3}' font-size='10'>{escape(eng)}</text>")
         color = ENGINE_COLORS.get(eng, "#888")
         for i, v in enumerate(tl[eng]):
             v = float(v or 0.0)
@@ -125,16 +129,16 @@ def _timeline_svg(s: dict, width: int = 900, row_h: int = 14) -> str:
                          f"fill='{color}' fill-opacity='{min(1.0, 0.15 + 0.85 * v):.2f}'/>")
     end = (tl.get("end_ns") or [0])[-1]
     parts.append(f"<text x='70' y='{row_h * len(engines) + 14}' font-size='10'>0</text>"
-                 f"<text x='{width - 60}' y='{row_h * len(engines) + 14}' font-size='10'>{_e(fmt_ns(end))}</text>")
+                 f"<text x='{width - 60}' y='{row_h * len(engines) + 14}' font-size='10'>{escape(fmt_ns(end))}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _op_table(s: dict) -> str:
-    rows = [[(_e(r.get("op")), False), (str(r.get("count")), True), (fmt_ns(r.get("device_ns")), True),
+    rows = [[(escape(r.get("op")), False), (str(r.get("count")), True), (fmt_ns(r.get("device_ns")), True),
              (fmt_ns(r.get("host_ns")), True), (f"{float(r.get('flops') or 0):.3g}", True),
-             (f"{float(r.get('bytes') or 0):.3g}", True), (_e(r.get("engine")), False), (_e(r.get("bound")), False),
-             (_pct(r.get("share")), True)] for r in s.get("op_table", [])]
+             (f"{float(r.get('bytes') or 0):.3g}", True), (escape(r.get("engine")), False), (escape(r.get("bound")), False),
+             (fmt_pct(r.get("share")), True)] for r in s.get("op_table", [])]
     return _table(["op", "count", "device/step", "host/step", "FLOPs/step", "bytes/step", "engine", "bound", "share"],
                   rows)
 
@@ -143,15 +147,15 @@ def _issues(s: dict) -> str:
     parts = []
     fb = s.get("fallbacks") or []
     parts.append("<b>CPU fallbacks</b>" + (_table(["op", "count", "reason", "time"], [
-        [(_e(f.get("op")), False), (str(f.get("count")), True), (_e(f.get("reason")), False),
+        [(escape(f.get("op")), False), (str(f.get("count")), True), (escape(f.get("reason")), False),
          (fmt_ns(f.get("time_ns")), True)] for f in fb]) if fb else "<p class='muted'>none</p>"))
     sp = s.get("sync_points") or []
     parts.append("<b>Sync points</b>" + (_table(["op", "reason", "source", "module"], [
-        [(_e(x.get("op")), False), (_e(x.get("reason")), False), (_e(_source(x.get("source"))), False),
-         (_e(x.get("module")), False)] for x in sp]) if sp else "<p class='muted'>none</p>"))
+        [(escape(x.get("op")), False), (escape(x.get("reason")), False), (escape(_source(x.get("source"))), False),
+         (escape(x.get("module")), False)] for x in sp]) if sp else "<p class='muted'>none</p>"))
     rc = s.get("recompiles") or []
     parts.append("<b>Recompiles</b>" + (_table(["graph", "shapes", "reason"], [
-        [(_e(x.get("graph")), False), (_e(x.get("shape")), False), (_e(x.get("reason")), False)] for x in rc])
+        [(escape(x.get("graph")), False), (escape(x.get("shape")), False), (escape(x.get("reason")), False)] for x in rc])
         if rc else "<p class='muted'>none</p>"))
     return "".join(parts)
 
@@ -160,51 +164,48 @@ def _compare(s: dict) -> str:
     c = s.get("compare")
     if not c:
         return "<p class='muted'>no earlier run of this cell to compare with</p>"
-    head = (f"<p>vs run {_e(c.get('run_id'))} {_e(c.get('name') or '')}: step time "
+    head = (f"<p>vs run {escape(c.get('run_id'))} {escape(c.get('name') or '')}: step time "
             f"{fmt_ns(c.get('step_time_before_ns'))} → {fmt_ns(c.get('step_time_after_ns'))}"
             + (f" (<b>{float(c['step_time_delta_pct']):+.1f}%</b>)" if c.get("step_time_delta_pct") is not None else "")
             + "</p>")
-    rows = [[(_e(o.get("op")), False), (fmt_ns(o.get("before_ns")), True), (fmt_ns(o.get("after_ns")), True),
-             (fmt_ns(o.get("delta_ns")), True), (_e(o.get("status")), False)] for o in c.get("ops", [])]
+    rows = [[(escape(o.get("op")), False), (fmt_ns(o.get("before_ns")), True), (fmt_ns(o.get("after_ns")), True),
+             (fmt_ns(o.get("delta_ns")), True), (escape(o.get("status")), False)] for o in c.get("ops", [])]
     return head + _table(["op", "before", "after", "delta", ""], rows)
 
 
 def _ranks(block: dict | None) -> str:
     if not block:
         return ""
-    def pct(v: Any) -> str:
-        return "–" if v is None else f"{float(v) * 100:.1f}%"
-
     head = ["rank", "step (host)", "step (modeled)", "MFU", "collectives", "comm bytes", "waited", "last arrivals",
             "comm/compute overlap"]
     rows = "".join(
         "<tr>" + "".join(f"<td>{c}</td>" for c in (
-            _e(r.get("rank")), fmt_ns(r.get("step_time_ns")), fmt_ns(r.get("modeled_step_time_ns")),
-            pct(r.get("mfu")), _e(r.get("collectives")), f"{float(r.get('comm_bytes') or 0):.3g}",
-            fmt_ns(r.get("wait_ns")), _e(r.get("last_arrivals")), pct(r.get("overlap_share")))) + "</tr>"
+            escape(r.get("rank")), fmt_ns(r.get("step_time_ns")), fmt_ns(r.get("modeled_step_time_ns")),
+            fmt_pct(r.get("mfu")), escape(r.get("collectives")), f"{float(r.get('comm_bytes') or 0):.3g}",
+            fmt_ns(r.get("wait_ns")), escape(r.get("last_arrivals")), fmt_pct(r.get("overlap_share")))) + "</tr>"
         for r in block.get("ranks", []))
     parts = ["<table><thead><tr>"
-             + "".join(f"<th>{_e(h)}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody></table>"]
+             + "".join(f"<th>{escape(h)}</th>" for h in head) + f"</tr></thead><tbody>{rows}</tbody></table>"]
     s = block.get("straggler")
     if s:
-        parts.append(f"<p><b>Straggler: rank {_e(s['rank'])}</b> — the other ranks wait {fmt_ns(s['caused_wait_ns'])} "
-                     f"in <code>{_e(s['op'])}</code>; its compute before that collective is "
+        parts.append(f"<p><b>Straggler: rank {escape(s['rank'])}</b> — the other ranks wait {fmt_ns(s['caused_wait_ns'])} "
+                     f"in <code>{escape(s['op'])}</code>; its compute before that collective is "
                      f"{fmt_ns(s['compute_before_ns'])} vs {fmt_ns(s['others_compute_before_ns'])} on the others"
-                     + (f" (last op before it: <code>{_e(s.get('op_before'))}</code>)" if s.get("op_before") else "")
+                     + (f" (last op before it: <code>{escape(s.get('op_before'))}</code>)" if s.get("op_before") else "")
                      + ".</p>")
     else:
         parts.append("<p class='muted'>No straggler: no rank makes the others wait noticeably.</p>")
     c = block.get("slowest_collective")
     if c:
-        parts.append(f"<p>Slowest collective: <code>{_e(c['op'])}</code> #{_e(c['index'])} "
+        parts.append(f"<p>Slowest collective: <code>{escape(c['op'])}</code> #{escape(c['index'])} "
                      f"({float(c['bytes']):.3g} bytes) spans {fmt_ns(c['span_ns'])}; last to arrive: rank "
-                     f"{_e(c['last_rank'])}.</p>")
+                     f"{escape(c['last_rank'])}.</p>")
     coll = block.get("collectives") or []
     if coll:
         ch = ["op", "#", "bytes", "last rank", "max wait", "span"]
         crow = "".join("<tr>" + "".join(f"<td>{x}</td>" for x in (
-            f"<code>{_e(r.get('op'))}</code>", _e(r.get("index")), f"{float(r.get('bytes') or 0):.3g}",
-            _e(r.get("last_rank")), fmt_ns(r.get("max_wait_ns")), fmt_ns(r.get("span_ns")))) + "</tr>"
+            f"<code>{escape(r.get('op'))}</code>", escape(r.get("index")), f"{float(r.get('bytes') or 0):.3g}",
+            escape(r.get("last_rank")), fmt_ns(r.get("max_wait_ns")), fmt_ns(r.get("span_ns")))) + "</tr>"
             for r in coll)
         parts.append("<b>Collectives</b><table><thead><tr>" + "".join(f"<th>{h}</th>" for h in ch)
                      + f"</tr></thead><tbody>{crow}</tbody></table>")
@@ -219,26 +220,26 @@ def render_html(s: dict) -> str:
     badges = s.get("badges") or {}
     cost = s.get("cost") or {}
     status = s.get("status") or "ok"
-    tags = [f"<span class='tag'>{_e(s.get('mode'))}</span>", f"<span class='tag'>{_e(s.get('chip'))}</span>",
-            f"<span class='tag'>{_e(s.get('backend'))}</span>"]
+    tags = [f"<span class='tag'>{escape(s.get('mode'))}</span>", f"<span class='tag'>{escape(s.get('chip'))}</span>",
+            f"<span class='tag'>{escape(s.get('backend'))}</span>"]
     if modeled:
         tags.append("<span class='tag mod' title='device figures come from the performance model, not a "
                     "measurement'>modeled</span>")
     if status != "ok":
-        tags.append(f"<span class='tag err'>{_e(status)}</span>")
-    title = f"Neuron profile · run {_e(s.get('run_id'))}" + (f" · {_e(s.get('name'))}" if s.get("name") else "")
-    kp = "".join(f"<div><b>{v}</b><span>{_e(k)}</span></div>" for k, v in [
+        tags.append(f"<span class='tag err'>{escape(status)}</span>")
+    title = f"Neuron profile · run {escape(s.get('run_id'))}" + (f" · {escape(s.get('name'))}" if s.get("name") else "")
+    kp = "".join(f"<div><b>{v}</b><span>{escape(k)}</span></div>" for k, v in [
         ("step time" + (" (modeled)" if modeled else ""), fmt_ns(s.get("step_time_ns"))),
         ("host time/step", fmt_ns(s.get("host_time_ns"))),
-        ("MFU", _pct(s.get("mfu"))), ("MBU", _pct(s.get("mbu"))),
+        ("MFU", fmt_pct(s.get("mfu"))), ("MBU", fmt_pct(s.get("mbu"))),
         ("launches/step", f"{float(s.get('launches') or 0):.3g}"),
         (f"cost / 1k steps ({cost.get('chip', '')})", _usd(cost.get("per_1000_steps_usd"))),
         ("H100 / 1k steps", _usd(cost.get("h100_per_1000_steps_usd"))),
     ])
-    badge_html = (f"<div class='badges'><span>fallbacks: <b>{_e(badges.get('fallbacks', 0))}</b></span>"
-                  f"<span>sync points: <b>{_e(badges.get('sync_points', 0))}</b></span>"
-                  f"<span>recompiles: <b>{_e(badges.get('recompiles', 0))}</b></span></div>")
-    warn = "".join(f"<div class='muted'>⚠ {_e(w)}</div>" for w in s.get("warnings") or [])
+    badge_html = (f"<div class='badges'><span>fallbacks: <b>{escape(badges.get('fallbacks', 0))}</b></span>"
+                  f"<span>sync points: <b>{escape(badges.get('sync_points', 0))}</b></span>"
+                  f"<span>recompiles: <b>{escape(badges.get('recompiles', 0))}</b></span></div>")
+    warn = "".join(f"<div class='muted'>⚠ {escape(w)}</div>" for w in s.get("warnings") or [])
     tabs = [("Summary", "<b>Engines</b>" + _engines(s) + "<b>Hot path</b>" + _hot(s)),
             ("Timeline", _timeline_svg(s)), ("Op table", _op_table(s)), ("Hot path", _hot(s, 20)),
             ("Fallbacks & syncs", _issues(s)), ("Diff", _compare(s))]
@@ -248,7 +249,7 @@ def render_html(s: dict) -> str:
                       for i in range(len(tabs)))
     tab_html = "".join(
         f"<input type='radio' name='{uid}' id='{uid}-t{i}'{' checked' if i == 0 else ''}>"
-        f"<label for='{uid}-t{i}'>{_e(name)}</label>" for i, (name, _) in enumerate(tabs))
+        f"<label for='{uid}-t{i}'>{escape(name)}</label>" for i, (name, _) in enumerate(tabs))
     panes = "".join(f"<div class='pane p{i}'>{body}</div>" for i, (_, body) in enumerate(tabs))
     note = ("<div class='muted'>Modeled: device times, utilization, MFU and cost come from Neuron Studio's "
             "NeuronCore model of the ops this run executed (emulated device); host times are measured.</div>"

@@ -3,13 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_studio.ui.html import fmt_ns
+from neuron_studio.ui.html import fmt_ns, fmt_pct
 
 __all__ = ["render_text", "render_ranks_text"]
 
 
 def _pct(v: Any) -> str:
-    return "-" if v is None else f"{float(v) * 100:.1f}%"
+    return fmt_pct(v, missing="-")  # plain text: an ASCII dash where HTML shows an en dash
 
 
 def render_text(s: dict, *, top: int = 5) -> str:

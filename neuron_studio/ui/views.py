@@ -1,17 +1,12 @@
 """Small display objects returned by the line magics (device, compare, porting check)."""
 from __future__ import annotations
 
-import html
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_studio.ui.html import CSS, fmt_ns
+from neuron_studio.ui.html import CSS, escape, fmt_ns
 
 __all__ = ["DeviceView", "CompareView", "CheckView"]
-
-
-def _e(v: Any) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
 
 
 def _wrap(body: str) -> str:
@@ -31,7 +26,7 @@ class DeviceView:
         return text
 
     def _repr_html_(self) -> str:
-        return _wrap("<pre>" + _e(repr(self)) + "</pre>")
+        return _wrap("<pre>" + escape(repr(self)) + "</pre>")
 
 
 @dataclass
@@ -51,15 +46,15 @@ class CompareView:
     def _repr_html_(self) -> str:
         d = self.diff
         rows = "".join(
-            f"<tr><td>{_e(r.key)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
-            f"<td class='n'>{fmt_ns(r.delta_ns)}</td><td>{_e(r.status)}</td></tr>"
+            f"<tr><td>{escape(r.key)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
+            f"<td class='n'>{fmt_ns(r.delta_ns)}</td><td>{escape(r.status)}</td></tr>"
             for r in d.ops.head(25).itertuples(index=False))
         eng = "".join(
-            f"<tr><td>{_e(r.engine)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
+            f"<tr><td>{escape(r.engine)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
             f"<td class='n'>{fmt_ns(r.delta_ns)}</td><td></td></tr>" for r in d.engines.itertuples(index=False))
         head = "<tr><th>op</th><th>before</th><th>after</th><th>delta</th><th></th></tr>"
         return _wrap(
-            f"<div class='tt'>Run {_e(self.run_b)} vs run {_e(self.run_a)} (per step, modeled)</div>"
+            f"<div class='tt'>Run {escape(self.run_b)} vs run {escape(self.run_a)} (per step, modeled)</div>"
             f"<p>step time {fmt_ns(d.step_time_before_ns)} → {fmt_ns(d.step_time_after_ns)} "
             f"(<b>{d.step_time_change_pct:+.1f}%</b>)</p>"
             f"<table>{head}{rows}</table><b>Engines</b><table>{head.replace('op', 'engine', 1)}{eng}</table>")
@@ -87,9 +82,9 @@ class CheckView:
         r = self.report
         rows = []
         for it in r.items:
-            det = "".join(f"<li>{_e(d)}</li>" for d in it.details[:8])
-            rows.append(f"<tr><td>{_ICON.get(it.severity, '?')} {_e(it.severity)}</td><td>{_e(it.topic)}</td>"
-                        f"<td>{_e(it.message)}{f'<ul>{det}</ul>' if det else ''}"
-                        f"{f'<div class=muted>fix: {_e(it.fix)}</div>' if it.fix else ''}</td></tr>")
-        return _wrap(f"<div class='tt'>Porting check · run {_e(r.run_id)} · {_e(r.mode)} on {_e(r.chip)} "
+            det = "".join(f"<li>{escape(d)}</li>" for d in it.details[:8])
+            rows.append(f"<tr><td>{_ICON.get(it.severity, '?')} {escape(it.severity)}</td><td>{escape(it.topic)}</td>"
+                        f"<td>{escape(it.message)}{f'<ul>{det}</ul>' if det else ''}"
+                        f"{f'<div class=muted>fix: {escape(it.fix)}</div>' if it.fix else ''}</td></tr>")
+        return _wrap(f"<div class='tt'>Porting check · run {escape(r.run_id)} · {escape(r.mode)} on {escape(r.chip)} "
                      f"<span class='tag mod'>modeled</span></div><table>{''.join(rows)}</table>")

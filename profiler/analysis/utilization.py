@@ -4,9 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.analysis.binning import interval_coverage
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+
 __all__ = ["engine_utilization", "ENGINES"]
 
-ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma")
+ENGINES = DEVICE_ENGINES
 
 
 def engine_utilization(ops: pd.DataFrame, *, bins: int = 100, cores: int | None = None,
@@ -33,25 +36,6 @@ def engine_utilization(ops: pd.DataFrame, *, bins: int = 100, cores: int | None 
             s = np.clip(sel["device_start_ns"].to_numpy(np.float64), lo, hi)
             e = np.clip(sel["device_end_ns"].to_numpy(np.float64), lo, hi)
             # busy time per bin = sum over intervals of overlap; vectorised through cumulative coverage
-            busy = _coverage(edges, s, e)
+            busy = interval_coverage(edges, s, e)
         out[eng] = np.minimum(busy / (width * ncores), 1.0)
     return pd.DataFrame(out)
-
-
-def _coverage(edges: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Total overlap of intervals [s, e) with each bin, in O((n + bins) log n)."""
-    # covered(x) = sum over intervals of clip(x - s, 0, e - s); overlap in bin = covered(hi) - covered(lo)
-    order_s = np.sort(s)
-    order_e = np.sort(e)
-    cs = np.concatenate([[0.0], np.cumsum(order_s)])
-    ce = np.concatenate([[0.0], np.cumsum(order_e)])
-
-    def covered(x: np.ndarray) -> np.ndarray:
-        ns = np.searchsorted(order_s, x, side="right")
-        ne = np.searchsorted(order_e, x, side="right")
-        started = ns * x - cs[ns]       # sum of (x - s) over intervals started by x
-        ended = ne * x - ce[ne]         # minus the part after their end
-        return started - ended
-
-    c = covered(edges)
-    return np.diff(c)

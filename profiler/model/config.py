@@ -9,11 +9,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, MODES, NO_ENGINE
+
 __all__ = ["ModelConfig", "ConfigError", "MODES", "FUSION_RULES"]
 
-MODES = ("eager", "adaptive", "compile")
 FUSION_RULES = ("chain", "none")
-_ENGINES = ("tensor", "vector", "scalar", "gpsimd", "dma", "none")
+_ENGINES = (*DEVICE_ENGINES, NO_ENGINE)
 
 
 class ConfigError(ValueError):
@@ -89,7 +90,7 @@ class ModelConfig:
     """Largest adaptive-eager group (ops). Bounds compile time and SBUF pressure of one fused NEFF; the real
     heuristic is not public (§7 q2)."""
 
-    adaptive_fusible_engines: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma", "none")
+    adaptive_fusible_engines: tuple[str, ...] = (*DEVICE_ENGINES, NO_ENGINE)
     """Engines whose ops may join an adaptive group. Ops of other engines run alone and break the group."""
 
     deterministic_tag: str = "deterministic"

@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, HOST_ENGINE, NO_ENGINE
+
 __all__ = [
     "ENGINES", "ENGINE_CODE", "DTYPE_BF16", "DTYPE_FP8", "DTYPE_FP32",
     "base_name", "classify_engine", "dtype_itemsize", "shape_stats", "matmul_flops",
 ]
 
-ENGINES: tuple[str, ...] = ("tensor", "vector", "scalar", "gpsimd", "dma", "none", "host")
+ENGINES: tuple[str, ...] = (*DEVICE_ENGINES, NO_ENGINE, HOST_ENGINE)
 ENGINE_CODE = {e: i for i, e in enumerate(ENGINES)}
 
 # Compute-dtype classes: which Tensor Engine peak applies.

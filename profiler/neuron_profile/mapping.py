@@ -21,6 +21,7 @@ from neuron_studio.profiler.neuron_profile.values import (
     ENGINE_NOTE, STUDIO_ENGINE, chip_from_instance_type, engine_of, first_row, num_col, number_in, str_col,
 )
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["measured_run", "trace_from_tables", "FALLBACK_REASON"]
 
@@ -145,8 +146,7 @@ def _engine_figures(summ: Mapping[str, Any], r: _Rows, step_ns: float
     util: dict[str, float] = {}
     derived: list[str] = []
     active, engine, n_dev = r.active, r.engine, r.n_dev
-    dev_busy = {e: float(active[:n_dev][engine[:n_dev] == e].sum()) for e in ("tensor", "vector", "scalar",
-                                                                               "gpsimd", "dma")}
+    dev_busy = {e: float(active[:n_dev][engine[:n_dev] == e].sum()) for e in DEVICE_ENGINES}
     for e in ("tensor", "vector", "scalar", "gpsimd", "sync"):
         pct, sec = number_in(summ, f"{e}_engine_active_time_percent"), number_in(summ, f"{e}_engine_active_time")
         key = e
