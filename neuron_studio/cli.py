@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from neuron_studio.profiler.vocabulary import MODES
+
 __all__ = ["main", "build_parser", "load_rank_profiles", "report_html", "job_ranks", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="profile an unmodified script or torchrun job: neuron-studio run -- python x.py")
-    r.add_argument("--mode", default="eager", choices=("eager", "adaptive", "compile"))
+    r.add_argument("--mode", default="eager", choices=MODES)
     r.add_argument("--chip", default=None, help="trn1, trn2 or trn3 (default: the device's target)")
     r.add_argument("--steps", type=int, default=None, help="record this many steps after warm-up, then stop "
                    "recording (default: the whole script)")
