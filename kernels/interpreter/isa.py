@@ -93,7 +93,7 @@ def _operand(x: Any, partitions: int) -> np.ndarray | float:
         _on_chip(x)
         if x.shape[0] != partitions or _free(x) != 1:
             _fail("shape_mismatch", f"scalar operand must be a number or a [{partitions}, 1] tile", x)
-        return x.data.reshape((partitions,) + (1,) * 1)
+        return x.read().reshape((partitions,) + (1,) * 1)
     return float(x)
 
 
@@ -120,16 +120,25 @@ def _reducer(op: Any) -> Any:
 
 
 # -- DMA ----------------------------------------------------------------------------------------------------
-def dma_copy(dst: NkiTensor, src: NkiTensor, **_: Any) -> None:
-    """Copy between HBM and SBUF on a DMA queue (casts to dst dtype)."""
+def dma_copy(dst: NkiTensor, src: NkiTensor, mask: Any = None, transpose: bool = False, **_: Any) -> None:
+    """Copy between HBM and SBUF on a DMA queue (casts to dst dtype); with `mask`, only the masked elements."""
     kinds = {("hbm" if t.buffer in HBM_BUFFERS else t.buffer) for t in (dst, src)}
-    if kinds != {"hbm", "sbuf"}:
+    if kinds != {"hbm", "sbuf"} and not (src.buffer in HBM_BUFFERS and dst.buffer in HBM_BUFFERS):
         _fail("dma_buffers", f"DMA moves data between HBM and SBUF only, got {src.buffer} -> {dst.buffer}",
               src if src.buffer not in ("sbuf",) + HBM_BUFFERS else dst)
     if src.data.size != dst.data.size:
         _fail("shape_mismatch", f"dma src shape {list(src.shape)} vs dst shape {list(dst.shape)}", dst)
-    _store(dst, src.data, src.dtype)
-    record("dma", "dma_copy", (dst, src), src.dtype, src.data.size, 0, src.data.size * _dt.itemsize(src.dtype))
+    value = src.read(mask)
+    if transpose:
+        value = value.T
+        mask = None if mask is None else np.asarray(mask).T
+    if value.shape != dst.shape:
+        value = value.reshape(dst.shape)
+        if mask is not None and np.ndim(mask) == len(src.shape) and src.shape != dst.shape:
+            mask = np.broadcast_to(mask, src.shape).reshape(dst.shape)
+    dst.write(value, src.dtype, mask=mask)
+    n = src.data.size if mask is None else int(np.broadcast_to(mask, dst.shape).sum())
+    record("dma", "dma_copy", (dst, src), src.dtype, n, 0, n * _dt.itemsize(src.dtype))
 
 
 # -- Tensor engine ------------------------------------------------------------------------------------------
@@ -163,11 +172,13 @@ def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor, is_stati
               moving)
     if dst.shape != (m, n):
         _fail("shape_mismatch", f"matmul dst shape {list(dst.shape)} != [{m}, {n}]", dst)
-    prod = stationary.data.T.astype(np.float32, copy=False) @ moving.data.astype(np.float32, copy=False)
-    if accumulate is False:
-        dst.data[...] = prod
-    else:
-        dst.data[...] += prod
+    prod = stationary.read().T.astype(np.float32, copy=False) @ moving.read().astype(np.float32, copy=False)
+    if accumulate is None:  # open an accumulation group where none is open, else accumulate into it
+        old = dst.read()
+        prod = np.where(dst._acc, old + prod, prod) if dst._acc is not None else prod
+    elif accumulate:
+        prod = dst.read() + prod
+    dst.write(prod, "float32", matmul=True)
     dt = "float32" if "float32" in (stationary.dtype, moving.dtype) else moving.dtype
     record("tensor", "nc_matmul", (dst, stationary, moving), dt, k * n, 2 * k * m * n, cycles_hint=n)
 
@@ -189,7 +200,7 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any 
             _fail("matmul_operand_buffer", "Tensor Engine transpose reads SBUF", data)
     if dst.shape != (f, p):
         _fail("shape_mismatch", f"transpose dst shape {list(dst.shape)} != [{f}, {p}]", dst)
-    _store(dst, data.data.T, data.dtype)
+    _store(dst, data.read().T, data.dtype)
     record(eng, "nc_transpose", (dst, data), data.dtype, p * f, 0, cycles_hint=f)
 
 
@@ -203,7 +214,7 @@ def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any, e
         _fail("shape_mismatch", f"tensor_tensor operands differ: {list(data1.shape)} vs {list(data2.shape)}",
               data2)
     with np.errstate(all="ignore"):
-        _store(dst, o.fn(data1.data, data2.data))
+        _store(dst, o.fn(data1.read(), data2.read()))
     n = data1.data.size
     record(_engine(engine, "vector"), f"tensor_tensor.{o.name}", (dst, data1, data2), data1.dtype, n, n)
 
@@ -214,7 +225,7 @@ def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reve
     """dst = (data op0 operand0) op1 operand1; operands are numbers or per-partition [P, 1] vectors."""
     _on_chip(dst, data)
     p = data.shape[0]
-    x = data.data.astype(np.float32, copy=False)
+    x = data.read().astype(np.float32, copy=False)
     with np.errstate(all="ignore"):
         for op, operand, rev in ((op0, operand0, reverse0), (op1, operand1, reverse1)):
             if op is None:
@@ -235,7 +246,7 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
     _on_chip(dst, data)
     fn = op.fn if isinstance(op, Op) else UNARY[getattr(op, "name", getattr(op, "__name__", ""))].fn
     p = data.shape[0]
-    x = data.data.astype(np.float32, copy=False)
+    x = data.read().astype(np.float32, copy=False)
     with np.errstate(all="ignore"):
         s = _bcast(_operand(scale, p), x.ndim)
         if not (isinstance(s, float) and s == 1.0):
@@ -244,12 +255,23 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
             x = x + _bcast(_operand(bias, p), x.ndim)
         y = fn(x)
     _store(dst, y)
-    if reduce_op is not None:
-        if reduce_res is None:
-            _fail("activation_reduce", "reduce_op needs reduce_res", dst)
-        _on_chip(reduce_res)
+    cmd = getattr(reduce_cmd, "value", reduce_cmd)
+    if cmd is None:  # the studio's kernels: a reduction with reduce_res resets the registers first
+        cmd = "reset_reduce" if reduce_op is not None else "idle"
+    if cmd in ("reduce", "reset_reduce") and reduce_op is None:
+        _fail("activation_reduce", f"reduce_cmd={cmd} needs reduce_op", dst)
+    regs = current().scalar_registers(p)
+    if cmd in ("reset", "reset_reduce"):
+        regs[:p] = 0.0
+    if cmd in ("reduce", "reset_reduce"):
         red = _reducer(reduce_op)
-        _store(reduce_res, red(np.asarray(y, np.float32).reshape(p, -1), axis=1).reshape(p, 1))
+        r = red(np.asarray(y, np.float32).reshape(p, -1), axis=1)
+        regs[:p] = red(np.stack([regs[:p], r]), axis=0)
+    if reduce_res is not None:
+        _on_chip(reduce_res)
+        _store(reduce_res, regs[:p].reshape(reduce_res.shape) if reduce_res.data.size == p else regs[:p])
+    elif reduce_op is not None:
+        _fail("activation_reduce", "reduce_op needs reduce_res", dst)
     n = data.data.size
     record(_engine(engine, "scalar"), f"activation.{getattr(op, 'name', op)}", (dst, data), data.dtype, n,
            n * (2 + (reduce_op is not None)))
@@ -263,18 +285,22 @@ def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: int | Sequence
     if 0 in axes:
         _fail("reduce_partition_axis", "tensor_reduce reduces free axes only (use tensor_partition_reduce)", data)
     red = _reducer(op)
-    r = red(data.data.astype(np.float32, copy=False), axis=axes, keepdims=keepdims)
+    r = red(data.read().astype(np.float32, copy=False), axis=axes, keepdims=keepdims)
     _store(dst, -r if negate else r)
     n = data.data.size
     record("vector", f"tensor_reduce.{getattr(op, 'name', op)}", (dst, data), data.dtype, n, n)
 
 
-def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, name: Any = None) -> None:
-    """On-chip copy (PSUM -> SBUF evacuation, dtype casts) on the Vector Engine by default."""
+def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, dtype: Any = None, name: Any = None) -> None:
+    """On-chip copy (PSUM -> SBUF evacuation, dtype casts) on the Vector Engine by default; `dtype` is the
+    engine's output type (values are rounded to it, then stored in dst's dtype)."""
     _on_chip(dst, src)
     if src.data.size != dst.data.size:
         _fail("shape_mismatch", f"tensor_copy src {list(src.shape)} vs dst {list(dst.shape)}", dst)
-    _store(dst, src.data, src.dtype)
+    value = src.read()
+    if dtype is not None:
+        value = _dt.round_to(value, _dt.normalize_dtype(dtype))
+    _store(dst, value, src.dtype if dtype is None else None)
     record(_engine(engine, "vector"), "tensor_copy", (dst, src), src.dtype, src.data.size, 0)
 
 
@@ -282,7 +308,7 @@ def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
     """dst = 1 / data on the Vector Engine."""
     _on_chip(dst, data)
     with np.errstate(all="ignore"):
-        _store(dst, 1.0 / data.data.astype(np.float32, copy=False))
+        _store(dst, 1.0 / data.read().astype(np.float32, copy=False))
     record("vector", "reciprocal", (dst, data), data.dtype, data.data.size, data.data.size)
 
 
@@ -310,6 +336,6 @@ def affine_select(dst: NkiTensor, pattern: Sequence[Sequence[int]], offset: int,
         _fail("shape_mismatch", f"affine pattern covers {free.size} elements/partition, dst has {_free(dst)}",
               dst)
     pred = cmp.fn(expr + free[None, :], 0.0).astype(bool)
-    vals = np.where(pred, on_true_tile.data.reshape(p, -1), np.float32(on_false_value))
+    vals = np.where(pred, on_true_tile.read().reshape(p, -1), np.float32(on_false_value))
     _store(dst, vals)
     record("gpsimd", "affine_select", (dst, on_true_tile), on_true_tile.dtype, dst.data.size, dst.data.size)

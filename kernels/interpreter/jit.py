@@ -1,23 +1,36 @@
-"""`nki.jit` for the interpreter: converts torch/numpy arguments to HBM tensors, runs the kernel body in a call
-scope that records a `KernelTrace`, and converts the result back to the caller's array kind."""
+"""`nki.jit` for the interpreter: converts torch/numpy arguments to HBM tensors, runs the kernel body once per
+SPMD launch-grid point in a call scope that records a `KernelTrace`, and converts the result back to the caller's
+array kind. Entry points as NKI documents them: `kernel(*args)`, `kernel[grid](*args)`,
+`nki.simulate_kernel(kernel, *args)`, `nki.baremetal(kernel)(*args)`."""
 from __future__ import annotations
 
 import functools
 import inspect
+import warnings
 from typing import Any, Callable
 
 import numpy as np
 
 from . import dtypes as _dt
+from . import lang_math as _m
+from .errors import NkiRuleError
+from .spmd import LaunchGrid, parse_grid
 from .state import CallState, call_scope, check_chip, default_chip
-from .tensor import NkiTensor, wrap_input
+from .tensor import NkiTensor, describe, wrap_input
 from .trace import KernelTrace
 
-__all__ = ["jit", "simulate", "JitKernel", "default_chip"]
+__all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "JitKernel", "GridLaunch", "default_chip",
+           "NkiOptionWarning"]
 
 _TORCH_TO_NKI = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16",
                  "torch.int32": "int32", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
                  "torch.int16": "int16"}
+# `mode=` values that run the kernel (here: on the interpreter); benchmark/profile need a device.
+_RUN_MODES = {None, "auto", "simulation", "baremetal", "torchxla", "jax", "numpy", "pytorch"}
+
+
+class NkiOptionWarning(UserWarning):
+    """A `@nki.jit` option that configures the Neuron compiler and has no effect on the interpreter."""
 
 
 def _is_torch(x: Any) -> bool:
@@ -40,6 +53,20 @@ def _to_hbm(x: Any, name: str) -> Any:
     return x
 
 
+def _check_written(x: Any) -> None:
+    """An output element the kernel never wrote is an error, not a silent zero (or NaN)."""
+    if isinstance(x, NkiTensor):
+        if x._written is not None and not x._written.all():
+            missing = int((~x._written).sum())
+            raise NkiRuleError("uninitialized_output",
+                               f"{missing} of {x._written.size} output element(s) were never written by the "
+                               "kernel (uninitialised HBM memory)", tensor=describe(x),
+                               kernel_line=x._alloc.line)
+    elif isinstance(x, (tuple, list)):
+        for v in x:
+            _check_written(v)
+
+
 def _from_hbm(x: Any, as_torch: bool) -> Any:
     if isinstance(x, NkiTensor):
         arr = np.array(x.data, copy=True)
@@ -57,42 +84,115 @@ def _from_hbm(x: Any, as_torch: bool) -> Any:
 
 
 class JitKernel:
-    """A kernel function wrapped for the interpreter. Call it like the real `nki.jit` kernel; use `.run` to
-    also get the `KernelTrace`."""
+    """A kernel function wrapped for the interpreter. Call it like the real `nki.jit` kernel (`kernel(x)`,
+    `kernel[grid](x)`); use `.run` to also get the `KernelTrace`. `options` holds the `@nki.jit(...)` keyword
+    arguments: `platform_target` selects the modeled chip, `mode="benchmark"/"profile"` is rejected (it needs
+    a device), compiler flags are kept here and reported with an `NkiOptionWarning` on the first call."""
 
-    def __init__(self, func: Callable[..., Any]) -> None:
+    def __init__(self, func: Callable[..., Any], options: dict[str, Any] | None = None) -> None:
         self.func = func
+        self.options = dict(options or {})
         self._sig = inspect.signature(func)
+        self._warned = False
         functools.update_wrapper(self, func)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.run(*args, **kwargs)[0]
 
-    def __getitem__(self, lnc: Any) -> "JitKernel":
-        """`kernel[lnc](...)`: the interpreter models one NeuronCore, so the grid is ignored."""
-        return self
+    def __getitem__(self, grid: Any) -> "GridLaunch":
+        """`kernel[g]`, `kernel[g0, g1]`, `kernel[nl.spmd_dim(g, nl.nc(2)), g1]`: an SPMD launch."""
+        return GridLaunch(self, parse_grid(grid))
 
-    def run(self, *args: Any, chip: str | None = None, **kwargs: Any) -> tuple[Any, KernelTrace]:
-        """Execute on the interpreter; returns (output, trace)."""
-        chip = check_chip(chip or default_chip())
+    def _chip(self, chip: str | None) -> str:
+        target = self.options.get("platform_target")
+        if chip is None and target is not None:
+            chip = str(target).lower()
+        return check_chip(chip or default_chip())
+
+    def _check_options(self) -> None:
+        mode = self.options.get("mode")
+        if mode not in _RUN_MODES:
+            raise NotImplementedError(f"@nki.jit(mode={mode!r}) needs a Neuron device; the interpreter runs modes "
+                                      f"{sorted(m for m in _RUN_MODES if m)} (kernel {self.func.__name__})")
+        ignored = sorted(k for k in self.options if k not in ("mode", "platform_target"))
+        if ignored and not self._warned:
+            self._warned = True
+            warnings.warn(f"@nki.jit options {ignored} of kernel {self.func.__name__} configure the Neuron "
+                          "compiler and have no effect on the interpreter", NkiOptionWarning, stacklevel=4)
+
+    def run(self, *args: Any, chip: str | None = None, grid: LaunchGrid | None = None,
+            **kwargs: Any) -> tuple[Any, KernelTrace]:
+        """Execute on the interpreter (every launch-grid point in row-major order); returns (output, trace)."""
+        self._check_options()
+        chip = self._chip(chip)
+        grid = grid or LaunchGrid()
         bound = self._sig.bind(*args, **kwargs)
         as_torch = any(_is_torch(v) for v in bound.arguments.values())
         for name, value in list(bound.arguments.items()):
             bound.arguments[name] = _to_hbm(value, name)
-        state = CallState(KernelTrace(kernel=self.func.__name__, chip=chip))
+        state = CallState(KernelTrace(kernel=self.func.__name__, chip=chip), grid=grid,
+                          elementwise=_m.elementwise, accumulate=_m.accumulate, assign=_m.assign)
+        out = None
         with call_scope(state):
-            out = self.func(*bound.args, **bound.kwargs)
-        return _from_hbm(out, as_torch), state.finish()
+            for point in grid.points():
+                state.start_program(point)
+                out = self.func(*bound.args, **bound.kwargs)
+            _check_written(out)
+        trace = state.finish()
+        return _from_hbm(out, as_torch), trace
 
 
-def jit(func: Callable[..., Any] | None = None, **_options: Any) -> Any:
-    """`@nki.jit` / `@nki.jit(...)`: options (platform, mode, ...) are accepted and ignored."""
+class GridLaunch:
+    """`kernel[grid]`: call it like the kernel; `.run(...)` also returns the trace."""
+
+    def __init__(self, kernel: JitKernel, grid: LaunchGrid) -> None:
+        self.kernel = kernel
+        self.grid = grid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.kernel.run(*args, grid=self.grid, **kwargs)[0]
+
+    def run(self, *args: Any, chip: str | None = None, **kwargs: Any) -> tuple[Any, KernelTrace]:
+        return self.kernel.run(*args, chip=chip, grid=self.grid, **kwargs)
+
+    @property
+    def func(self) -> Callable[..., Any]:
+        return self.kernel.func
+
+
+def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
+    """`@nki.jit` / `@nki.jit(platform_target=..., mode=..., ...)`."""
     if func is None:
-        return lambda f: JitKernel(f)
-    return JitKernel(func)
+        return lambda f: JitKernel(f.func if isinstance(f, JitKernel) else f, options)
+    return JitKernel(func.func if isinstance(func, JitKernel) else func, options)
+
+
+def _as_kernel(kernel: Any) -> Any:
+    if isinstance(kernel, (JitKernel, GridLaunch)):
+        return kernel
+    if callable(kernel):
+        return JitKernel(kernel)
+    raise TypeError(f"expected an NKI kernel function, got {type(kernel).__name__}")
+
+
+def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """`nki.simulate_kernel(kernel, *np_arrays)`: run on the interpreter, numpy in / numpy out."""
+    return _as_kernel(kernel)(*args, **kwargs)
 
 
 def simulate(kernel: Any) -> Callable[..., Any]:
-    """`nki.simulate(kernel)(*np_arrays)`, as in the real package."""
-    k = kernel if isinstance(kernel, JitKernel) else JitKernel(kernel)
-    return k.__call__
+    """`nki.simulate(kernel)(*np_arrays)`, as in the current release."""
+    return _as_kernel(kernel).__call__
+
+
+def baremetal(kernel: Any = None, **options: Any) -> Any:
+    """`nki.baremetal(kernel)` / `nki.baremetal(**opts)(kernel)`: run the kernel and return its outputs.
+
+    Without a device the kernel runs on the interpreter (same outputs; the artifacts baremetal would save, such
+    as NEFF files, are not produced: those options give an NkiOptionWarning)."""
+    if kernel is None:
+        return lambda k: baremetal(k, **options)
+    base = kernel.func if isinstance(kernel, JitKernel) else kernel
+    merged = {**(kernel.options if isinstance(kernel, JitKernel) else {}), **options}
+    merged.pop("mode", None)
+    return JitKernel(base, merged)

@@ -1,7 +1,9 @@
-"""`nki.language` subset for the interpreter: buffers, dtypes, tile sizes, creation, load/store, loops, math.
+"""`nki.language` for the interpreter (the same module serves `neuronxcc.nki.language`, the previous release):
+buffers, dtypes, tile sizes, creation, load/store with masks, index expressions, loops, SPMD ids, math.
 
-Language-level math (`nl.exp(t)`, `nl.add(a, b)`, `nl.sum(t, axis=1)`) allocates an SBUF result and records
-one instruction (activations on the Scalar Engine, the rest on the Vector Engine).
+Language-level math (`nl.exp(t)`, `nl.add(a, b)`, `a + b`, `nl.sum(t, axis=1)`, `nl.matmul`) allocates its
+result tile and records one instruction (see `lang_math`). Documented APIs the interpreter lacks raise
+NotImplementedError naming the API and the kernel line.
 """
 from __future__ import annotations
 
@@ -11,16 +13,24 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import isa as _isa
+from . import lang_math as _m
+from .indexing import arange, ds, mgrid, par_dim
 from .ops import BINARY, UNARY, Op
-from .state import active_spec
+from .spmd import nc, spmd_dim
+from .state import active_spec, current, kernel_frame, kernel_line
 from .tensor import NkiTensor, allocate
+from .unsupported import DOCUMENTED_LANGUAGE, unsupported
 
 __all__ = [
-    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size",
-    "float32", "bfloat16", "float16", "tfloat32", "int32", "int16", "int8", "uint8", "bool_",
-    "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like",
-    "affine_range", "sequential_range", "static_range", "load", "store", "copy",
-    "sum", "max", "min", "mean", "program_id", "num_programs", "NkiTensor",
+    "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "par_dim",
+    "float32", "bfloat16", "float16", "tfloat32", "int32", "int16", "int8", "uint32", "uint16", "uint8", "bool_",
+    "float8_e4m3", "float8_e5m2",
+    "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "ones_like", "shared_constant",
+    "shared_identity_matrix", "rand", "random_seed",
+    "affine_range", "sequential_range", "static_range", "load", "store", "load_transpose2d", "copy",
+    "broadcast_to", "sum", "max", "min", "mean", "prod", "all", "var", "matmul", "transpose", "where",
+    "expand_dims", "softmax", "dropout", "loop_reduce", "arange", "mgrid", "ds", "program_id", "num_programs",
+    "program_ndim", "spmd_dim", "nc", "device_print", "static_cast", "NkiTensor",
 ]
 
 # Buffers (the real package uses enum members; strings compare the same way in this interpreter)
@@ -38,12 +48,16 @@ tfloat32 = "tfloat32"
 int32 = "int32"
 int16 = "int16"
 int8 = "int8"
+uint32 = "uint32"
+uint16 = "uint16"
 uint8 = "uint8"
 bool_ = "bool"
+float8_e4m3 = "float8_e4m3"
+float8_e5m2 = "float8_e5m2"
 
 
 class _TileSizeLimits(type):
-    """Class-level properties: `nl.tile_size.pmax` reads the modeled chip's figure from the hardware accessor."""
+    """Class-level properties: `nl.tile_size.pmax` reads the modeled chip's figure."""
 
     @property
     def pmax(cls) -> int:
@@ -54,7 +68,7 @@ class _TileSizeLimits(type):
         return int(active_spec().psum_bank_fmax or 0)
 
     @property
-    def psum_fmax(cls) -> int:   # deprecated alias of psum_bank_fmax in the real nki (since 0.4.0)
+    def psum_fmax(cls) -> int:
         return int(active_spec().psum_bank_fmax or 0)
 
     @property
@@ -69,44 +83,100 @@ class _TileSizeLimits(type):
     def gemm_moving_fmax(cls) -> int:
         return int(active_spec().gemm_moving_fmax or 0)
 
+    @property
+    def total_available_sbuf_size(cls) -> int:
+        return int(active_spec().sbuf_bytes_per_partition or 0)
+
 
 class tile_size(metaclass=_TileSizeLimits):
-    """Hardware tile limits of the chip being modeled (trainium.md §4.2), read from `neuron_studio.hardware`."""
+    """Hardware tile limits of the chip being modeled."""
 
 
-def ndarray(shape: Sequence[int], dtype: Any, buffer: str | None = None, name: str = "") -> NkiTensor:
-    """Uninitialised tensor (zero-filled here) in `buffer` (default SBUF)."""
+# -- creation ---------------------------------------------------------------------------------------------
+def ndarray(shape: Sequence[int], dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
+    """Uninitialised tensor in `buffer` (default SBUF): reads as NaN (floats) / 0x5A.. (ints) until written."""
     return allocate(tuple(shape), dtype, buffer or sbuf, name)
 
 
-def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: str | None = None,
-         name: str = "") -> NkiTensor:
+def full(shape: Sequence[int], fill_value: float, dtype: Any, buffer: Any = None, name: str = "",
+         **_: Any) -> NkiTensor:
     t = allocate(tuple(shape), dtype, buffer or sbuf, name)
-    _isa.memset(t, fill_value)
+    _fill(t, fill_value)
     return t
 
 
-def zeros(shape: Sequence[int], dtype: Any, buffer: str | None = None, name: str = "") -> NkiTensor:
+def _fill(t: NkiTensor, value: float) -> None:
+    if t.buffer in ("sbuf", "psum"):
+        _isa.memset(t, value)
+    else:
+        t.write(np.full(t.shape, value, np.float32))
+
+
+def zeros(shape: Sequence[int], dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
     t = allocate(tuple(shape), dtype, buffer or sbuf, name)
-    _isa.memset(t, 0.0)
+    _fill(t, 0.0)
     return t
 
 
-def ones(shape: Sequence[int], dtype: Any, buffer: str | None = None, name: str = "") -> NkiTensor:
+def ones(shape: Sequence[int], dtype: Any, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
     t = allocate(tuple(shape), dtype, buffer or sbuf, name)
-    _isa.memset(t, 1.0)
+    _fill(t, 1.0)
     return t
 
 
-def zeros_like(t: NkiTensor, dtype: Any = None, buffer: str | None = None, name: str = "") -> NkiTensor:
+def zeros_like(t: NkiTensor, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
     return zeros(t.shape, dtype or t.dtype, buffer or t.buffer, name)
 
 
-def empty_like(t: NkiTensor, dtype: Any = None, buffer: str | None = None, name: str = "") -> NkiTensor:
+def ones_like(t: NkiTensor, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
+    return ones(t.shape, dtype or t.dtype, buffer or t.buffer, name)
+
+
+def empty_like(t: NkiTensor, dtype: Any = None, buffer: Any = None, name: str = "", **_: Any) -> NkiTensor:
     return allocate(t.shape, dtype or t.dtype, buffer or t.buffer, name)
 
 
-def affine_range(start: int, stop: int | None = None, step: int = 1) -> range:
+def shared_constant(constant: Any, dtype: Any = None, **_: Any) -> NkiTensor:
+    """A shared HBM tensor holding `constant` (a numpy array known when the kernel is traced)."""
+    arr = np.asarray(constant)
+    t = allocate(arr.shape, dtype or arr.dtype, shared_hbm, depth=3)
+    t.write(arr.astype(np.float32) if arr.dtype.kind in "iub" and (dtype or "") not in ("int8", "int32") else arr)
+    return t
+
+
+def shared_identity_matrix(n: int, dtype: Any = "uint8", **_: Any) -> NkiTensor:
+    return shared_constant(np.identity(int(n)), dtype=dtype)
+
+
+def rand(shape: Sequence[int], dtype: Any = float32, buffer: Any = None, **_: Any) -> NkiTensor:
+    """Uniform [0, 1) values from the kernel call's seeded generator (GpSimd Engine)."""
+    t = allocate(tuple(shape), dtype, buffer or sbuf)
+    t.write(current().rng.random(t.shape, dtype=np.float32))
+    _isa.record("gpsimd", "rand", (t,), t.dtype, t.data.size, 0)
+    return t
+
+
+def random_seed(seed: Any, **_: Any) -> None:
+    """Reseed the kernel call's generator (an int, or a one-element tile)."""
+    value = int(np.asarray(seed.read() if isinstance(seed, NkiTensor) else seed).reshape(-1)[0])
+    st = current()
+    st.seed = value
+    st._rng = np.random.default_rng(value)
+
+
+def dropout(x: NkiTensor, rate: Any, dtype: Any = None, mask: Any = None, **_: Any) -> NkiTensor:
+    """Zero each element with probability `rate` (no rescaling), from the call's seeded generator."""
+    from . import isa_vector_ops as _v
+
+    if mask is not None:
+        raise NotImplementedError(f"mask= on nl.dropout is not implemented (at {kernel_line(kernel_frame(2))})")
+    out = allocate(x.shape, dtype or x.dtype, sbuf)
+    _v.dropout(out, x, rate)
+    return out
+
+
+# -- loops ------------------------------------------------------------------------------------------------
+def affine_range(start: int, stop: int | None = None, step: int = 1, **_: Any) -> range:
     """Loop without carried dependencies; unrolled at trace time (yields Python ints)."""
     return range(start, stop, step) if stop is not None else range(start)
 
@@ -115,60 +185,64 @@ sequential_range = affine_range
 static_range = affine_range
 
 
-def load(src: NkiTensor, dtype: Any = None, name: str = "") -> NkiTensor:
-    """DMA an HBM tensor (view) into a new SBUF tile."""
+# -- memory -----------------------------------------------------------------------------------------------
+def load(src: NkiTensor, dtype: Any = None, mask: Any = None, name: str = "", **_: Any) -> NkiTensor:
+    """DMA an HBM tensor (view or access pattern) into a new SBUF tile; masked-off elements stay uninitialised."""
     t = allocate(src.shape, dtype or src.dtype, sbuf, name)
-    _isa.dma_copy(t, src)
+    _isa.dma_copy(t, src, mask=mask)
     return t
 
 
-def store(dst: NkiTensor, value: NkiTensor) -> None:
-    """DMA an SBUF tile to an HBM tensor (view)."""
-    _isa.dma_copy(dst, value)
+def store(dst: NkiTensor, value: NkiTensor, mask: Any = None, **_: Any) -> None:
+    """DMA an SBUF tile to an HBM tensor (view or access pattern), only where `mask`. A PSUM tile is first
+    copied to SBUF (as the compiler does for `nl.store`)."""
+    if isinstance(value, NkiTensor) and value.buffer == psum:
+        staged = allocate(value.shape, value.dtype, sbuf)
+        _isa.tensor_copy(staged, value)
+        value = staged
+    _isa.dma_copy(dst, value, mask=mask)
 
 
-def copy(x: NkiTensor, dtype: Any = None, name: str = "") -> NkiTensor:
-    t = allocate(x.shape, dtype or x.dtype, sbuf, name)
-    _isa.tensor_copy(t, x)
+def load_transpose2d(src: NkiTensor, dtype: Any = None, mask: Any = None, **_: Any) -> NkiTensor:
+    """DMA an HBM [F, P] tensor into an SBUF [P, F] tile (transposing descriptors)."""
+    t = allocate(src.shape[::-1], dtype or src.dtype, sbuf)
+    _isa.dma_copy(t, src, mask=mask, transpose=True)
     return t
 
 
-def _apply_op(op: Op, *args: Any, dtype: Any = None, name: str = "", **_: Any) -> NkiTensor:
-    """Language-level element-wise op: new SBUF tile = op(args)."""
-    tiles = [a for a in args if isinstance(a, NkiTensor)]
-    if not tiles:
-        raise TypeError(f"nl.{op.name} needs at least one tile argument")
-    out = allocate(tiles[0].shape, dtype or tiles[0].dtype, sbuf, name)
-    if op.arity == 1:
-        _isa.activation(out, op, args[0])
-    elif all(isinstance(a, NkiTensor) for a in args[:2]):
-        _isa.tensor_tensor(out, args[0], args[1], op)
-    elif isinstance(args[0], NkiTensor):
-        _isa.tensor_scalar(out, args[0], op, args[1])
-    else:
-        _isa.tensor_scalar(out, args[1], op, args[0], reverse0=True)
-    return out
+def broadcast_to(x: NkiTensor, shape: Sequence[int]) -> NkiTensor:
+    return x.broadcast_to(tuple(shape))
+
+
+def static_cast(x: Any, dtype: Any) -> Any:
+    """Cast a host numpy array (outside a kernel) or a tile to `dtype`."""
+    if isinstance(x, NkiTensor):
+        return _m.copy(x, dtype=dtype)
+    from . import dtypes as _dt
+
+    nd = _dt.normalize_dtype(dtype)
+    return _dt.round_to(np.asarray(x), nd)
+
+
+copy = _m.copy
+matmul = _m.matmul
+transpose = _m.transpose
+where = _m.where
+expand_dims = _m.expand_dims
+softmax = _m.softmax
+loop_reduce = _m.loop_reduce
 
 
 class _Reduction:
-    """`nl.sum/max/min/mean`: reduce free axes into a new SBUF tile; usable as `op=` for isa reductions."""
+    """`nl.sum/max/min/mean/...`: reduce free axes into a new SBUF tile; usable as `op=` for isa reductions."""
 
-    def __init__(self, name: str, reduce: Any, mean: bool = False) -> None:
+    def __init__(self, name: str, reduce: Any) -> None:
         self.name = name
         self.reduce = reduce
-        self._mean = mean
 
-    def __call__(self, x: NkiTensor, axis: int | Sequence[int], dtype: Any = None, keepdims: bool = False,
-                 name: str = "") -> NkiTensor:
-        axes = (axis,) if isinstance(axis, int) else tuple(axis)
-        shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape)) if keepdims else \
-            tuple(s for i, s in enumerate(x.shape) if i not in axes)
-        out = allocate(shape, dtype or x.dtype, sbuf, name)
-        _isa.tensor_reduce(out, self, x, axes, keepdims=keepdims)
-        if self._mean:
-            count = int(np.prod([x.shape[a] for a in axes]))
-            _isa.tensor_scalar(out, out, BINARY["multiply"], 1.0 / count)
-        return out
+    def __call__(self, x: NkiTensor, axis: Any, dtype: Any = None, keepdims: bool = False, mask: Any = None,
+                 name: str = "", **_: Any) -> NkiTensor:
+        return _m.reduce(self.name, x, axis, dtype=dtype, keepdims=keepdims, mask=mask)
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
@@ -177,27 +251,39 @@ class _Reduction:
 sum = _Reduction("sum", np.add.reduce)  # noqa: A001 - NKI name
 max = _Reduction("max", np.maximum.reduce)  # noqa: A001
 min = _Reduction("min", np.minimum.reduce)  # noqa: A001
-mean = _Reduction("mean", np.add.reduce, mean=True)
+mean = _Reduction("mean", None)
+prod = _Reduction("prod", np.multiply.reduce)
+all = _Reduction("all", np.logical_and.reduce)  # noqa: A001
+var = _Reduction("var", None)
 
 
-def program_id(axis: int) -> int:
-    """Single-program launch in the interpreter."""
-    return 0
+# -- SPMD -------------------------------------------------------------------------------------------------
+def program_id(axis: int = 0) -> int:
+    """This instance's coordinate along `axis` of the launch grid (0 without a grid)."""
+    return current().program_id(axis)
 
 
-def num_programs(axes: int | None = None) -> int:
-    return 1
+def num_programs(axes: Any = None) -> int:
+    """Instances along `axes` of the launch grid (all of them when None)."""
+    return current().num_programs(axes)
+
+
+def program_ndim() -> int:
+    return len(current().grid.dims)
+
+
+def device_print(prefix: str, x: Any, **_: Any) -> None:
+    """Print a tile's values (the device prints from the kernel; here, when the instruction runs)."""
+    value = x.read() if isinstance(x, NkiTensor) else x
+    print(prefix, value)
 
 
 @dataclass(frozen=True, eq=False)
 class LanguageOp(Op):
-    """`nl.exp(t)`, `nl.add(a, b)`: the operator called on tiles runs as a language-level op (new SBUF tile).
-
-    Defined here rather than on `Op` so that `ops` stays below `isa` and `language` (no import cycle).
-    """
+    """`nl.exp(t)`, `nl.add(a, b)`: the operator called on tiles runs as a language-level op (new SBUF tile)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> NkiTensor:
-        return _apply_op(self, *args, **kwargs)
+        return _m.apply_op(self, *args, **kwargs)
 
 
 _LANGUAGE_OPS = {
@@ -209,4 +295,6 @@ _LANGUAGE_OPS = {
 def __getattr__(name: str) -> Any:
     if name in _LANGUAGE_OPS:
         return _LANGUAGE_OPS[name]
-    raise AttributeError(f"nki.language has no attribute {name!r} in the Neuron Studio interpreter")
+    if name in DOCUMENTED_LANGUAGE:
+        return unsupported("nki.language", name)
+    raise AttributeError(f"nki.language has no attribute {name!r} (not in the NKI API reference)")

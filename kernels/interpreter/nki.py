@@ -1,8 +1,9 @@
-"""The interpreter's stand-in for the top-level `nki` package: `nki.jit`, `nki.simulate`, `nki.language`,
-`nki.isa`."""
+"""The interpreter's stand-in for the top-level `nki` package: `nki.jit`, `nki.simulate_kernel`, `nki.simulate`,
+`nki.baremetal`, `nki.language`, `nki.isa`."""
 from __future__ import annotations
 
 from . import isa, language
-from .jit import jit, simulate
+from .toplevel import baremetal, benchmark, compiler, jit, profile, simulate, simulate_kernel, tensor
 
-__all__ = ["jit", "simulate", "language", "isa"]
+__all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "benchmark", "profile", "compiler", "tensor",
+           "language", "isa"]

@@ -1,4 +1,5 @@
-"""Per-call interpreter state: the trace being recorded, on-chip memory accounting, source-line lookup.
+"""Per-call interpreter state: the trace being recorded, the SPMD program being run, on-chip memory liveness,
+shared HBM tensors, the Scalar Engine reduction registers, the random generator, source-line lookup.
 
 Tile limits and on-chip sizes come from the hardware accessor (`neuron_studio.hardware`) for the chip of the
 call: `CallState.spec`, or `active_spec()` for code that runs outside a call (e.g. `nl.tile_size` at import).
@@ -12,11 +13,15 @@ import re
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 from neuron_studio.hardware import ChipSpec, chip_spec, trainium_chips
 
 from .errors import NkiRuleError, NkiUsageError
+from .memory import AllocRecord, MemoryTimeline
+from .spmd import LaunchGrid
 from .trace import Instruction, KernelTrace
 
 __all__ = ["CallState", "current", "kernel_frame", "kernel_line", "call_scope", "active_spec", "default_chip",
@@ -70,37 +75,39 @@ def assigned_name(frame: Any) -> str | None:
     return m.group(1) if m else None
 
 
-@dataclass
-class _Pool:
-    """Live on-chip allocations of one buffer kind, bytes per partition; freed when the tile object dies."""
-
-    live: int = 0
-    peak: int = 0
-    sizes: dict[int, int] = field(default_factory=dict)
-    _next: int = 0
-
-    def add(self, nbytes: int) -> int:
-        self._next += 1
-        self.sizes[self._next] = nbytes
-        self.live += nbytes
-        self.peak = max(self.peak, self.live)
-        return self._next
-
-    def free(self, key: int) -> None:
-        self.live -= self.sizes.pop(key, 0)
+_BUFFER_NAMES = {"sbuf": "sbuf", "psum": "psum", "hbm": "shared_hbm", "shared_hbm": "shared_hbm",
+                 "private_hbm": "private_hbm"}
 
 
 @dataclass
 class CallState:
-    """State for one kernel call: chip, instruction trace, SBUF/PSUM pools."""
+    """State for one kernel call (all instances of its launch grid).
+
+    `tick` counts instructions and allocations: it is the clock of the liveness intervals. `elementwise`,
+    `accumulate` and `assign` are the language-level operations behind `a + b`, `t += x` and `t[i] = x`
+    (installed by `jit`, which knows the language module; tensors only know this state).
+    """
 
     trace: KernelTrace
-    sbuf: _Pool = field(default_factory=_Pool)
-    psum: _Pool = field(default_factory=_Pool)
+    grid: LaunchGrid = field(default_factory=LaunchGrid)
+    elementwise: Callable[..., Any] | None = None
+    accumulate: Callable[..., Any] | None = None
+    assign: Callable[..., Any] | None = None
+    seed: int = 0
     spec: ChipSpec = field(init=False)
+    tick: int = 0
+    program: tuple[int, ...] = ()
+    memory: MemoryTimeline = field(init=False)
+    reduce_regs: np.ndarray | None = None
+    _shared: list[Any] = field(default_factory=list)
+    _hbm_ordinal: int = 0
+    _rng: np.random.Generator | None = None
 
     def __post_init__(self) -> None:
         self.spec = chip_spec(check_chip(self.trace.chip))
+        cap = {"sbuf": int(self.spec.sbuf_bytes_per_partition or 0),
+               "psum": int(self.spec.psum_bank_bytes_per_partition or 0) * int(self.spec.psum_banks or 0)}
+        self.memory = MemoryTimeline(cap, self.chip)
 
     @property
     def chip(self) -> str:
@@ -110,32 +117,90 @@ class CallState:
     def sbuf_capacity(self) -> int:
         return int(self.spec.sbuf_bytes_per_partition or 0)
 
-    def allocate(self, owner: object, buffer: str, nbytes: int, tensor: str, frame: Any) -> None:
-        """Account an SBUF/PSUM allocation of `nbytes` per partition; release it when `owner` is collected."""
-        pool = self.sbuf if buffer == "sbuf" else self.psum
-        if buffer == "sbuf" and pool.live + nbytes > self.sbuf_capacity:
-            raise NkiRuleError(
-                "sbuf_capacity",
-                f"allocating {nbytes} B/partition with {pool.live} B/partition live exceeds the "
-                f"{self.chip} SBUF capacity of {self.sbuf_capacity} B/partition",
-                tensor=tensor, kernel_line=kernel_line(frame))
-        bank_bytes, banks = int(self.spec.psum_bank_bytes_per_partition or 0), int(self.spec.psum_banks or 0)
-        if buffer == "psum" and pool.live + nbytes > bank_bytes * banks:
-            raise NkiRuleError(
-                "psum_capacity",
-                f"allocating {nbytes} B/partition with {pool.live} B/partition live exceeds PSUM "
-                f"({banks} banks x {bank_bytes} B/partition)",
-                tensor=tensor, kernel_line=kernel_line(frame))
-        key = pool.add(nbytes)
-        weakref.finalize(owner, pool.free, key)
+    @property
+    def rng(self) -> np.random.Generator:
+        """The call's random generator (dropout, nl.rand): seeded, so a kernel call is reproducible."""
+        if self._rng is None:
+            self._rng = np.random.default_rng(self.seed)
+        return self._rng
+
+    # -- SPMD ----------------------------------------------------------------------------------------------
+    def start_program(self, point: tuple[int, ...]) -> None:
+        """Begin the kernel instance at launch-grid coordinates `point`."""
+        self.program = point
+        self._hbm_ordinal = 0
+
+    def program_id(self, axis: int) -> int:
+        axis = int(axis)
+        if axis < 0 or (self.grid.dims and axis >= len(self.grid.dims)):
+            raise NkiUsageError(f"nl.program_id({axis}): the launch grid has {len(self.grid.dims)} dimension(s)")
+        return self.program[axis] if axis < len(self.program) else 0
+
+    def num_programs(self, axes: Any = None) -> int:
+        dims = self.grid.dims or (1,)
+        if axes is None:
+            return self.grid.size
+        if isinstance(axes, (tuple, list)):
+            n = 1
+            for a in axes:
+                n *= dims[int(a)] if int(a) < len(dims) else 1
+            return n
+        return dims[int(axes)] if int(axes) < len(dims) else 1
+
+    # -- HBM -----------------------------------------------------------------------------------------------
+    def buffer_name(self, buffer: Any, var: str | None, frame: Any) -> str:
+        name = getattr(buffer, "value", buffer)
+        if isinstance(name, str) and name in _BUFFER_NAMES:
+            return _BUFFER_NAMES[name]
+        raise NotImplementedError(f"buffer={buffer!r} for {var or 'a tensor'} is not supported by the Neuron Studio "
+                                  f"interpreter (at {kernel_line(frame)}); use nl.sbuf, nl.psum or nl.shared_hbm")
+
+    def shared_hbm(self, var: str | None, shape: tuple[int, ...], dtype: str, buffer: str) -> Any:
+        """The shared HBM tensor an earlier SPMD instance allocated at this point of the kernel, if any."""
+        if buffer != "shared_hbm":
+            return None
+        i = self._hbm_ordinal
+        self._hbm_ordinal += 1
+        if i < len(self._shared):
+            t = self._shared[i]
+            if t.shape == shape and t.dtype == dtype:
+                return t
+        return None
+
+    def register_hbm(self, tensor: Any, buffer: str) -> None:
+        if buffer == "shared_hbm" and self._hbm_ordinal > len(self._shared):
+            self._shared.append(tensor)
+
+    # -- on-chip memory ------------------------------------------------------------------------------------
+    def allocate(self, owner: Any, buffer: str, nbytes: int, block_shape: tuple[int, ...], tensor: str,
+                 frame: Any) -> None:
+        """Account an SBUF/PSUM allocation of `nbytes` per partition (over all its blocks)."""
+        self.tick += 1
+        nblocks = int(np.prod(block_shape, dtype=np.int64)) if block_shape else 1
+        rec = AllocRecord(buffer, nbytes // max(nblocks, 1), nblocks, tensor, kernel_line(frame), self.tick)
+        self.memory.add(rec)
+        owner.record = rec
+        weakref.finalize(owner, _die, rec, self)
 
     def record(self, ins: Instruction) -> None:
+        self.tick += 1
         self.trace.instructions.append(ins)
 
+    def scalar_registers(self, partitions: int) -> np.ndarray:
+        """The Scalar Engine's per-partition reduction registers (`nisa.activation(reduce_cmd=...)`)."""
+        if self.reduce_regs is None or self.reduce_regs.shape[0] < partitions:
+            self.reduce_regs = np.zeros(max(partitions, int(self.spec.partition_max or 0)), np.float32)
+        return self.reduce_regs
+
     def finish(self) -> KernelTrace:
-        self.trace.peak_sbuf_bytes_per_partition = self.sbuf.peak
-        self.trace.peak_psum_bytes_per_partition = self.psum.peak
+        peaks = self.memory.peaks(self.tick + 1)
+        self.trace.peak_sbuf_bytes_per_partition = peaks.get("sbuf", 0)
+        self.trace.peak_psum_bytes_per_partition = peaks.get("psum", 0)
         return self.trace
+
+
+def _die(rec: AllocRecord, state: CallState) -> None:
+    rec.die(state.tick)
 
 
 def current() -> CallState:

@@ -1,0 +1,141 @@
+"""On-chip memory accounting by liveness, as the compiler's allocator sees it.
+
+Each SBUF/PSUM allocation records when it was allocated, when each of its blocks was first and last accessed,
+and when its Python object died. A tile occupies its bytes/partition from its allocation (a block of a
+block-dimension tensor, `nl.ndarray((n, nl.par_dim(128), f))`, from its first access) until its last access:
+a tile re-created in a loop does not overlap its previous incarnation, and a block tensor holds only the
+blocks in use. A tile that is never accessed is live until it can no longer be reached. Capacity is checked
+by sweeping these intervals when the kernel finishes; the error names the allocation (variable and kernel
+line) that first pushes the buffer over its capacity. Block-dimension tensors are the compiler's to place
+block by block: when their blocks overflow a buffer the compiler spills, so that is a visible
+`NkiSpillWarning` rather than an error.
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import NkiRuleError
+
+__all__ = ["AllocRecord", "MemoryTimeline", "NkiSpillWarning"]
+
+
+class NkiSpillWarning(UserWarning):
+    """The blocks of block-dimension tensors in use at once exceed a buffer: the compiler's allocator would
+    spill blocks (to SBUF/HBM), which the interpreter does not model (its modeled time has no spill traffic)."""
+
+
+@dataclass(eq=False)
+class AllocRecord:
+    """One on-chip allocation: bytes per partition per block, and its access interval(s)."""
+
+    buffer: str
+    block_bytes: int
+    nblocks: int
+    label: str
+    kernel_line: str
+    start: int
+    death: int | None = None
+    first: np.ndarray | None = None  # per block (block tensors only)
+    last_blocks: np.ndarray | None = None
+    first_access: int = -1
+    last_access: int = -1
+
+    def __post_init__(self) -> None:
+        if self.nblocks > 1:
+            self.first = np.full(self.nblocks, -1, np.int64)
+            self.last_blocks = np.full(self.nblocks, -1, np.int64)
+
+    def touch(self, tick: int, blocks: np.ndarray | None = None) -> None:
+        """Record an access at `tick` (to `blocks`, a block-id array view, for block tensors)."""
+        if self.first_access < 0:
+            self.first_access = tick
+        self.last_access = tick
+        if self.first is not None:
+            if blocks is None:
+                self.first[self.first < 0] = tick
+                self.last_blocks[:] = tick
+                return
+            ids = np.asarray(blocks).reshape(-1)
+            fresh = self.first[ids] < 0
+            if fresh.any():
+                self.first[ids[fresh]] = tick
+            self.last_blocks[ids] = tick
+
+    def die(self, tick: int) -> None:
+        if self.death is None:
+            self.death = tick
+
+    def intervals(self, end: int) -> list[tuple[int, int, int]]:
+        """(start, stop, bytes) intervals this allocation occupies (stop inclusive)."""
+        if self.first_access < 0:  # never used: live while reachable
+            return [(self.start, self.death if self.death is not None else end, self.block_bytes * self.nblocks)]
+        if self.first is None:
+            return [(self.start, self.last_access, self.block_bytes)]
+        used = np.flatnonzero(self.first >= 0)
+        return [(int(self.first[b]), int(self.last_blocks[b]), self.block_bytes) for b in used]
+
+
+@dataclass
+class MemoryTimeline:
+    """All on-chip allocations of one kernel instance, with a capacity check by interval sweep."""
+
+    capacity: dict[str, int]
+    chip: str
+    records: list[AllocRecord] = field(default_factory=list)
+
+    def add(self, record: AllocRecord) -> AllocRecord:
+        need = record.block_bytes
+        cap = self.capacity[record.buffer]
+        if need > cap:  # a single block larger than the whole buffer fails right away
+            self._overflow(record, need, 0)
+        self.records.append(record)
+        return record
+
+    def peaks(self, end: int) -> dict[str, int]:
+        """Peak live bytes/partition per buffer; raises NkiRuleError on the first overflow."""
+        out = {}
+        for buffer in self.capacity:
+            events: list[tuple[int, int, int, AllocRecord]] = []
+            for i, rec in enumerate(r for r in self.records if r.buffer == buffer):
+                for start, stop, nbytes in rec.intervals(end):
+                    events.append((start, 1, nbytes, rec))
+                    events.append((stop + 1, 0, nbytes, rec))  # frees sort before allocations at one tick
+            events.sort(key=lambda e: (e[0], e[1]))
+            live = peak = 0
+            fixed = 0  # bytes of non-block tiles: these cannot be spilled
+            warned = False
+            for _, kind, nbytes, rec in events:
+                block = rec.nblocks > 1
+                if kind == 0:
+                    live -= nbytes
+                    fixed -= 0 if block else nbytes
+                    continue
+                live += nbytes
+                fixed += 0 if block else nbytes
+                if fixed > self.capacity[buffer]:
+                    self._overflow(rec, nbytes, fixed - nbytes)
+                if live > self.capacity[buffer] and not warned:
+                    warned = True
+                    warnings.warn(f"{buffer.upper()} working set {live} B/partition exceeds the {self.chip} "
+                                  f"capacity of {self.capacity[buffer]} B/partition at {rec.label} "
+                                  f"({rec.kernel_line}): the compiler would spill blocks of block-dimension "
+                                  "tensors; spill traffic is not in the modeled time", NkiSpillWarning,
+                                  stacklevel=4)
+                peak = max(peak, live)
+            out[buffer] = peak
+        return out
+
+    def _overflow(self, rec: AllocRecord, nbytes: int, live: int) -> None:
+        cap = self.capacity[rec.buffer]
+        if rec.buffer == "sbuf":
+            raise NkiRuleError(
+                "sbuf_capacity",
+                f"allocating {nbytes} B/partition with {live} B/partition live exceeds the {self.chip} SBUF "
+                f"capacity of {cap} B/partition", tensor=rec.label, kernel_line=rec.kernel_line)
+        raise NkiRuleError(
+            "psum_capacity",
+            f"allocating {nbytes} B/partition with {live} B/partition live exceeds the {self.chip} PSUM "
+            f"capacity of {cap} B/partition", tensor=rec.label, kernel_line=rec.kernel_line)
