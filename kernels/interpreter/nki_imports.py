@@ -26,7 +26,7 @@ LAYOUTS: dict[str, tuple[tuple[str, ...], str, bool]] = {
     "neuronxcc.nki.language": (("language",), "language", False),
     "neuronxcc.nki.isa": (("isa_legacy",), "isa", False),
     "neuronxcc.nki.typing": (("toplevel_typing",), "", False),
-    "nki": (("toplevel",), "nki", True),
+    "nki": (("toplevel",), "nki_current", True),
     "nki.language": (("language",), "language", False),
     "nki.isa": (("isa", "isa_vector_ops"), "isa", False),
     "nki.typing": (("toplevel_typing",), "", False),
@@ -66,12 +66,15 @@ def namespace(public_name: str) -> types.ModuleType:
     for source in sources:
         src = importlib.import_module(f"{__package__}.{source}")
         names = getattr(src, "__all__", None) or [n for n in vars(src) if not n.startswith("_")]
+        if documented == "nki_current":
+            names = [n for n in names if n in src.CURRENT]
         for n in names:
             mod.__dict__[n] = getattr(src, n)
         if hasattr(src, "__getattr__") and "__getattr__" not in mod.__dict__:
             mod.__dict__["__getattr__"] = src.__getattr__
     if documented and "__getattr__" not in mod.__dict__:
-        doc = {"nki": _u.DOCUMENTED_NKI, "language": _u.DOCUMENTED_LANGUAGE, "isa": _u.DOCUMENTED_ISA}[documented]
+        doc = {"nki": _u.DOCUMENTED_NKI, "nki_current": frozenset(), "language": _u.DOCUMENTED_LANGUAGE,
+               "isa": _u.DOCUMENTED_ISA}[documented]
         mod.__dict__["__getattr__"] = _u.module_getattr(public_name, doc)
     if is_pkg:
         mod.__path__ = []  # a package: submodules resolve through the finder

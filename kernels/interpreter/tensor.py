@@ -19,6 +19,9 @@ from .state import assigned_name, current, kernel_frame, kernel_line
 __all__ = ["NkiTensor", "allocate", "wrap_input", "describe", "HBM_BUFFERS", "poison_value", "INT_POISON"]
 
 HBM_BUFFERS = ("hbm", "shared_hbm", "private_hbm")
+# NkiTensor view methods of the current NKI release that the interpreter does not implement
+_TENSOR_VIEW_APIS = frozenset({"ap", "slice", "select", "permute", "view", "bitcast", "expand", "squeeze",
+                               "unsqueeze", "transpose"})
 INT_POISON = 0x5A  # byte pattern of uninitialised integer memory (0x5A5A5A5A for int32)
 
 
@@ -91,6 +94,13 @@ class NkiTensor:
 
     def __len__(self) -> int:
         return self.data.shape[0]
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _TENSOR_VIEW_APIS:
+            raise NotImplementedError(f"NkiTensor.{name} (the current release's tensor view API) is not implemented "
+                                      f"by the Neuron Studio interpreter (used at {kernel_line(kernel_frame(2))}); "
+                                      "index with slices or nl.arange expressions instead")
+        raise AttributeError(f"NkiTensor has no attribute {name!r}")
 
     # -- views ----------------------------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> "NkiTensor":

@@ -10,6 +10,8 @@ from .toplevel_typing import tensor
 from .unsupported import Unsupported, unsupported
 
 __all__ = ["jit", "simulate_kernel", "simulate", "baremetal", "benchmark", "profile", "tensor", "compiler"]
+# The current standalone `nki` package's top level has only these (the rest were removed after neuronxcc.nki).
+CURRENT = ("jit", "simulate", "tensor", "compiler")
 
 benchmark = unsupported("nki", "benchmark", decorator=True)
 profile = unsupported("nki", "profile", decorator=True)
