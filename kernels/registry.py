@@ -35,6 +35,7 @@ class KernelEntry:
     file: str | None = None
     note: str = ""
     exclude_ops: tuple[str, ...] = ()
+    line: int | None = None  # the kernel's def line when `file` is a user's kernel file
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class KernelRegistry:
             if e.target is not None:
                 file, line = _kernel_location(e.target)
             else:
-                file, line = e.file, None
+                file, line = e.file, e.line
             out.append(KernelMatch(e.kernel, e.kind, pat, file, line, e.note))
         out.sort(key=lambda m: m.kind != "runs_as")
         return out

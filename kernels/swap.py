@@ -19,6 +19,7 @@ from .layernorm import layernorm_kernel, reference_layernorm
 from .registry import GATE_NAMES, KernelEntry, get_registry
 from .rmsnorm import reference_rmsnorm, rmsnorm_kernel
 from .swiglu_mlp import reference_swiglu_mlp, swiglu_mlp_kernel
+from .user_kernels import kernel_forward
 
 __all__ = ["use", "SwapHandle", "SwapError", "SWAPPABLE"]
 
@@ -176,13 +177,31 @@ class SwapHandle:
         self.restore()
 
 
-def use(model: torch.nn.Module, kernel: str, *, include: Callable[[str, torch.nn.Module], bool] | None = None
-        ) -> SwapHandle:
-    """Replace every matching submodule's forward with the NKI kernel `kernel` (rmsnorm, layernorm, swiglu_mlp)."""
-    key = kernel.removesuffix("_kernel")
-    if key not in SWAPPABLE:
-        raise SwapError(f"no swappable kernel {kernel!r}; choose one of {', '.join(SWAPPABLE)}")
-    match, make = SWAPPABLE[key]
+def use(model: torch.nn.Module, kernel: Any, *, include: Callable[[str, torch.nn.Module], bool] | None = None,
+        args: Callable[[torch.nn.Module, torch.Tensor], tuple] | None = None,
+        fake: Callable[..., torch.Tensor] | None = None,
+        output: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None) -> SwapHandle:
+    """Replace every matching submodule's forward with an NKI kernel.
+
+    `kernel` is a built-in kernel's name (rmsnorm, layernorm, swiglu_mlp: matched structurally, `include`
+    narrows it) or your own `@nki.jit` kernel (e.g. `load_kernel("nki-samples/.../kernels.py", "name")`),
+    which needs `include(path, module)` to pick the modules and optionally `args(module, x)`, `fake(*args)`
+    and `output(y, x)` (see `user_kernels.kernel_forward`).
+    """
+    if not isinstance(kernel, str):
+        if include is None:
+            raise SwapError("a user kernel needs include=lambda path, module: ... to choose the modules it replaces")
+        try:
+            make = kernel_forward(kernel, args, fake, output)
+        except TypeError as exc:
+            raise SwapError(str(exc)) from exc
+        match: Callable[[torch.nn.Module], bool] = lambda m: True  # noqa: E731 - include decides
+        key = getattr(getattr(kernel, "func", kernel), "__name__", "kernel")
+    else:
+        key = kernel.removesuffix("_kernel")
+        if key not in SWAPPABLE:
+            raise SwapError(f"no swappable kernel {kernel!r}; choose one of {', '.join(SWAPPABLE)}")
+        match, make = SWAPPABLE[key]
     handle = SwapHandle(kernel=key)
     for path, module in model.named_modules():
         if not match(module) or (include is not None and not include(path, module)):

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["IndexExpr", "arange", "mgrid", "ds", "par_dim", "ParDim", "affine_key", "AdvancedKey", "resolve"]
+__all__ = ["IndexExpr", "arange", "mgrid", "ds", "par_dim", "ParDim", "affine_key", "AdvancedKey", "resolve",
+           "align_mask"]
 
 
 class IndexExpr(np.ndarray):
@@ -169,3 +170,14 @@ def resolve(key: tuple, shape: tuple[int, ...]) -> AdvancedKey:
     if oob is not None:
         oob = np.broadcast_to(oob, out_shape)
     return AdvancedKey(tuple(index), out_shape, oob)
+
+
+def align_mask(mask: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A boolean mask broadcast to a tile `shape`, aligned on the partition axis (axis 0): a [P, 1] mask applies
+    to a [P] reduction result, a [P] mask to every free element of its partition."""
+    m = np.asarray(mask, dtype=bool)
+    while m.ndim > len(shape) and m.shape[-1] == 1:
+        m = m[..., 0]
+    if 0 < m.ndim < len(shape):
+        m = m.reshape(m.shape + (1,) * (len(shape) - m.ndim))
+    return np.broadcast_to(m, shape)

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NkiRuleError
+from .indexing import align_mask
 from .ops import BINARY, UNARY, Op
 from .state import current, kernel_frame, kernel_line
 from .tensor import HBM_BUFFERS, NkiTensor, describe
@@ -135,9 +136,9 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, mask: Any = None, transpose: bool =
     if value.shape != dst.shape:
         value = value.reshape(dst.shape)
         if mask is not None and np.ndim(mask) == len(src.shape) and src.shape != dst.shape:
-            mask = np.broadcast_to(mask, src.shape).reshape(dst.shape)
+            mask = align_mask(mask, src.shape).reshape(dst.shape)
     dst.write(value, src.dtype, mask=mask)
-    n = src.data.size if mask is None else int(np.broadcast_to(mask, dst.shape).sum())
+    n = src.data.size if mask is None else int(align_mask(mask, dst.shape).sum())
     record("dma", "dma_copy", (dst, src), src.dtype, n, 0, n * _dt.itemsize(src.dtype))
 
 

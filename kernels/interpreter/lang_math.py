@@ -14,6 +14,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NkiRuleError
+from .indexing import align_mask
 from .isa import record
 from .ops import BINARY, UNARY, Op
 from .state import current, kernel_frame, kernel_line
@@ -126,7 +127,7 @@ def reduce(kind: str, x: NkiTensor, axis: Any, dtype: Any = None, keepdims: bool
     data = np.asarray(x.read(mask), np.float32)
     keep = None
     if mask is not None:
-        keep = np.broadcast_to(np.asarray(mask, bool), data.shape)
+        keep = align_mask(mask, data.shape)
     fn = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean, "prod": np.prod, "all": np.all,
           "var": np.var}[kind]
     with np.errstate(all="ignore"):
@@ -183,9 +184,9 @@ def transpose(x: NkiTensor, dtype: Any = None, mask: Any = None, **_: Any) -> Nk
     if data.ndim != 2:
         _fail("matmul_rank", "nl.transpose takes a 2-D tile", x)
     p, f = data.shape
-    pmax = current().spec.partition_max or 0
-    if f > pmax:
-        _fail("transpose_fmax", f"transpose free size {f} exceeds {pmax} (the result's partition dim)", x)
+    limit = current().spec.partition_max or 0
+    if f > limit:
+        _fail("transpose_fmax", f"transpose free size {f} exceeds {limit} (the result's partition dim)", x)
     out = allocate((f, p), "float32" if dtype is None else dtype, "psum" if dtype is None else "sbuf", depth=3)
     out.write(np.asarray(data, np.float32).T, mask=None if mask is None else np.asarray(mask).T)
     record("tensor", "nc_transpose", (out, x), x.dtype, p * f, 0, cycles_hint=f)

@@ -13,7 +13,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .errors import NkiRuleError
-from .indexing import AdvancedKey, ParDim, affine_key, resolve
+from .indexing import AdvancedKey, ParDim, affine_key, align_mask, resolve
 from .state import assigned_name, current, kernel_frame, kernel_line
 
 __all__ = ["NkiTensor", "allocate", "wrap_input", "describe", "HBM_BUFFERS", "poison_value", "INT_POISON"]
@@ -180,7 +180,7 @@ class NkiTensor:
         """The addressed values; out-of-range elements of an access pattern are an error unless masked off."""
         self._touch()
         if self._oob is not None:
-            bad = self._oob if mask is None else (self._oob & np.broadcast_to(mask, self._oob.shape))
+            bad = self._oob if mask is None else (self._oob & align_mask(mask, self._oob.shape))
             if bad.any():
                 self._fail("out_of_bounds", f"access reads {int(bad.sum())} element(s) outside the tensor "
                            f"(shape {list(self._scatter[0].shape)}); mask them off with mask=", 4)
@@ -204,7 +204,7 @@ class NkiTensor:
                 else value.reshape(self.data.shape)
         keep = None
         if mask is not None:
-            keep = np.broadcast_to(np.asarray(mask, dtype=bool), self.data.shape)
+            keep = align_mask(mask, self.data.shape)
         if self._oob is not None:
             bad = self._oob if keep is None else (self._oob & keep)
             if bad.any():
@@ -273,6 +273,18 @@ class NkiTensor:
 
     def __neg__(self) -> "NkiTensor":
         return self._binary("multiply", -1.0)
+
+    def __gt__(self, other: Any) -> "NkiTensor":
+        return self._binary("greater", other)
+
+    def __ge__(self, other: Any) -> "NkiTensor":
+        return self._binary("greater_equal", other)
+
+    def __lt__(self, other: Any) -> "NkiTensor":
+        return self._binary("less", other)
+
+    def __le__(self, other: Any) -> "NkiTensor":
+        return self._binary("less_equal", other)
 
     def __iadd__(self, other: Any) -> "NkiTensor":
         return current().accumulate(self, other, "add")
