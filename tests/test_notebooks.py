@@ -110,6 +110,12 @@ def test_04_hot_path_to_nki(run_notebook):
     assert r["swapped_model_max_err"] < 1e-4
     assert r["launches_after"] < r["launches_before"]
     assert r["restored"]
+    # a kernel file in NKI's public style, loaded unmodified, swapped in, and linked from the hot path
+    assert r["user_kernel_vs_module_max_err"] < 1e-4 and r["user_swapped_model_max_err"] < 1e-4
+    assert r["user_kernel_modeled_ns"] > 0
+    assert r["user_hot_op"] == "neuron_studio::nki_rmsnorm_kernel"
+    assert r["user_link_file"] == r["user_kernel_file"] and r["user_link_file"].endswith("rmsnorm_nki.py")
+    assert r["user_link_line"] == 15  # the `def rmsnorm_kernel` line of the kernel file
 
 
 @pytest.mark.slow
