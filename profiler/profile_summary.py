@@ -96,6 +96,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                  "h100_step_time_ns": _num(cost.h100_step_time_ns), "modeled": True},
         "compare": compare,
         "warnings": list(warnings or []) + _trace_warnings(meta),
+        "provenance": _provenance(meta),
     })
 
 
@@ -112,8 +113,17 @@ def _finite(o: Any) -> Any:
     return o
 
 
+def _provenance(meta: dict) -> dict[str, Any] | None:
+    """A measured profile's account of itself: what it was measured from, what it does not hold, and for each
+    headline figure whether it is measured / derived / modeled / not captured, and from which field."""
+    if "measured_from" not in meta:
+        return None
+    return {"measured_from": meta.get("measured_from"), "not_captured": list(meta.get("not_captured") or []),
+            "figures": dict(meta.get("figures") or {}), "figure_sources": dict(meta.get("figure_sources") or {})}
+
+
 def _trace_warnings(meta: dict) -> list[str]:
-    out = []
+    out = [str(w) for w in meta.get("reader_warnings") or []]
     if meta.get("dropped_events"):
         out.append(f"{meta['dropped_events']} op events were dropped (buffer full); figures undercount")
     if meta.get("unrecorded_ops"):

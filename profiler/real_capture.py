@@ -221,6 +221,8 @@ class RealRun:
         if self.host is not None and len(self.host):
             tr = prof.trace
             tr.meta["figures"]["host_time"] = "measured"
+            tr.meta.setdefault("figure_sources", {})["host_time"] = "torch.profiler CPU events of the profiled steps"
+            tr.meta["not_captured"] = [x for x in tr.meta.get("not_captured") or [] if x != "host time"]
             prof.trace = Trace(ops=tr.ops, host=self.host, compiles=tr.compiles, meta=tr.meta)
         return prof
 

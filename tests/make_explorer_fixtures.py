@@ -8,12 +8,13 @@ reference; a few plausible extra columns (and an unknown table) check forward co
 Variants: full, split (Instruction in numbered parts, snake_case file names), minimal (Summary +
 FrameworkNode only), no_summary (invalid), no_ops (invalid).
 
-The profile (times in ns after Metadata.first_hw_timestamp = 1_000_000; total_time 110 us):
+The profile (times in ns after Metadata.first_hw_timestamp = T0, epoch ns as real captures write them;
+total_time 110 us; Summary `*_percent` fields are 0-1 fractions as in every real summary):
   Model/RMSNorm[0]/nki_ops.rmsnorm  NKI kernel: Vector+Scalar, union 0..50 us, kernel file rmsnorm.py lines 42/47
   Model/Linear[0]/aten.mm           Tensor 60..90 us (+ a transpose)
   Model/aten.add                    Vector 90..100 us
   Model/aten.exp                    Scalar 100..105 us
-  (unattributed)                    Sync 105..106 us
+  (unattributed)                    Sync 105 us + 57 ns (a window float64 loses at epoch-ns magnitude)
 """
 from __future__ import annotations
 
@@ -24,9 +25,10 @@ from pathlib import Path
 import pandas as pd
 
 __all__ = ["write_explorer_fixture", "write_system_profile_json", "write_neuron_profile_json", "EXPECTED", "T0",
-           "NKI_FILE"]
+           "NKI_FILE", "SYNC_NS"]
 
-T0 = 1_000_000
+T0 = 1_729_888_371_056_597_613       # epoch ns, as the profiler writes them (beyond float64's exact range)
+SYNC_NS = 57                           # a window float64 cannot hold at epoch-ns magnitude (it would read 0 ns)
 NKI_FILE = "/home/ubuntu/kernels/rmsnorm.py"
 MM_FLOPS = 2 * 512 * 512 * 512
 
@@ -42,7 +44,7 @@ _INSTRUCTIONS = [
      0, 0, None),
     (2, "Model/aten.add", "add.2", "Vector", 90_000, 100_000, 0, 0, 524_288, 262_144, None),
     (4, "Model/aten.exp", "exponential.4", "Scalar", 100_000, 105_000, 0, 0, 131_072, 131_072, None),
-    (None, None, None, "Sync", 105_000, 106_000, 0, 0, 0, 0, None),
+    (None, None, None, "Sync", 105_000, 105_000 + SYNC_NS, 0, 0, 0, 0, None),
 ]
 
 EXPECTED = {
@@ -56,7 +58,7 @@ EXPECTED = {
         ("aten::mm", "Model.Linear[0]"): (30_000, "tensor"),
         ("aten::add", "Model"): (10_000, "vector"),
         ("aten::exp", "Model"): (5_000, "scalar"),
-        ("(unattributed)", ""): (1_000, "dma"),
+        ("(unattributed)", ""): (SYNC_NS, "dma"),
     },
     "hot_kernel": {"kernel": "kernels.rmsnorm.rmsnorm_kernel", "file": NKI_FILE, "line": 42,
                    "function": "kernels.rmsnorm._normalize_tile"},
@@ -75,7 +77,7 @@ def _instruction_frame(extra: bool = True) -> pd.DataFrame:
                                        "Sync": "EVENT_SEMAPHORE"}[eng],
             "operands": "src=sb[0:128] dst=sb[0:128]", "id": i, "pc": i, "bir_id": f"sg0000:{1000 + i}",
             "hlo_name": hlo, "raw_hlo_id": None if fid is None else 100 + fid, "raw_framework_id": fid,
-            "layer": None if fid is None else f"layer_{fid}", "kernel_instruction_name": kin,
+            "layer": _fname, "kernel_instruction_name": kin,
             "nki_source_location": None if kin is None else f"['{Path(NKI_FILE).name}:42']",
             "hbm_read_bytes": rd, "hbm_write_bytes": wr, "raw_flops": fl, "flops_transpose": ft,
             "adjusted_flops": fl, "evt_wait_time_ns": 0, "dma_wait_time_ns": 0,
@@ -147,21 +149,24 @@ def _framework_node_frame() -> pd.DataFrame:
 
 
 def _summary_frame(extra: bool = True) -> pd.DataFrame:
+    """Summary as Explorer writes it: times in seconds, every `*_percent` a 0-1 fraction (= active / total)."""
+    total = 110_000e-9
     row = {
-        "total_time": 110_000e-9, "neuroncore_cycle_count": 132_000, "model_flops": MM_FLOPS,
+        "total_time": total, "neuroncore_cycle_count": 132_000, "model_flops": MM_FLOPS,
         "hardware_flops": MM_FLOPS + 2 * 128 * 128 * 128, "transpose_flops": 2 * 128 * 128 * 128,
-        "mfu_estimated_percent": 12.5, "mfu_max_achievable_estimated_percent": 60.0, "hfu_estimated_percent": 13.0,
-        "mbu_estimated_percent": 40.0, "mm_arithmetic_intensity": 85.3, "peak_flops_bandwidth_ratio": 217.0,
+        "mfu_estimated_percent": 0.125, "mfu_max_achievable_estimated_percent": 0.60, "hfu_estimated_percent": 0.13,
+        "mbu_estimated_percent": 0.40, "mm_arithmetic_intensity": 85.3, "peak_flops_bandwidth_ratio": 217.0,
         "hbm_read_bytes": 1_966_080, "hbm_write_bytes": 1_179_648,
-        "tensor_engine_active_time": 30_000e-9, "tensor_engine_active_time_percent": 27.27,
         "tensor_engine_instruction_time": 30_000e-9, "tensor_engine_instruction_count": 3,
-        "vector_engine_active_time": 55_000e-9, "vector_engine_active_time_percent": 50.0,
-        "scalar_engine_active_time": 25_000e-9, "scalar_engine_active_time_percent": 22.73,
-        "gpsimd_engine_active_time": 0.0, "gpsimd_engine_active_time_percent": 0.0,
-        "sync_engine_active_time": 1_000e-9, "sync_engine_active_time_percent": 0.91,
-        "dma_active_time": 38_500e-9, "dma_active_time_percent": 35.0, "matmul_instruction_count": 3,
-        "total_active_time_percent": 96.4,
+        "matmul_instruction_count": 3, "total_active_time": 106_000e-9,
     }
+    for eng, busy_s in (("tensor", 30_000e-9), ("vector", 55_000e-9), ("scalar", 25_000e-9), ("gpsimd", 0.0),
+                        ("sync", SYNC_NS * 1e-9)):
+        row[f"{eng}_engine_active_time"] = busy_s
+        row[f"{eng}_engine_active_time_percent"] = busy_s / total
+    row["dma_active_time"] = 38_500e-9
+    row["dma_active_time_percent"] = 38_500e-9 / total
+    row["total_active_time_percent"] = row["total_active_time"] / total
     if extra:
         row["ai_recommendation_count"] = 3  # an unknown extra column
     return pd.DataFrame([row])
@@ -184,7 +189,7 @@ def _metadata_frame() -> pd.DataFrame:
 def _active_time_frame() -> pd.DataFrame:
     rows = []
     for eng, ivs in {"tensor": [(60_000, 90_000)], "vector": [(0, 20_000), (25_000, 50_000), (90_000, 100_000)],
-                     "scalar": [(5_000, 25_000), (100_000, 105_000)], "sync": [(105_000, 106_000)]}.items():
+                     "scalar": [(5_000, 25_000), (100_000, 105_000)], "sync": [(105_000, 105_000 + SYNC_NS)]}.items():
         for s, e in ivs:
             rows.append({"start_ts": T0 + s, "end_ts": T0 + e, "engine": eng, "pcore_idx": 0, "duration_ns": e - s})
     return pd.DataFrame(rows)
@@ -216,7 +221,7 @@ def write_explorer_fixture(directory: str | Path, variant: str = "full") -> Path
         "FrameworkInstruction": _framework_instruction_frame(), "FrameworkNode": _framework_node_frame(),
         "ActiveTime": _active_time_frame(), "KernelInstructions": ki, "KernelStackFrames": frames,
         "ExecutionInfo": pd.DataFrame({"execution_index": [0], "neff_name": ["neff_123_vnc_0.neff"],
-                                       "execution_start_ts": [0], "execution_end_ts": [110_000]}),
+                                       "execution_start_ts": [T0], "execution_end_ts": [T0 + 110_000]}),
         "DmaPacket": pd.DataFrame({"queue_name": ["qSyncIO0"], "size": [4096]}),   # a table we do not read
         "SchemaFields": pd.DataFrame({"table": ["Summary"], "field": ["total_time"], "unit": ["seconds"]}),
     }
@@ -241,20 +246,26 @@ def write_explorer_fixture(directory: str | Path, variant: str = "full") -> Path
 
 
 def write_system_profile_json(path: str | Path) -> Path:
-    """Legacy `system_profile.json`: runtime API events (two device executions) and framework events."""
+    """`system_profile.json` as `neuron-profile view -d DIR --output-format json` writes it: runtime API events
+    (host-side `nrt_*` calls, and the device's `nc_exec_running` executions) and framework events, epoch-ns
+    timestamps. Device time is the two `nc_exec_running` windows only (40 us + 10 us), never `nrt_execute`."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+
+    def ev(name: str, start: int, dur: int, group: str = "nrt-nc-000", **extra: object) -> dict:
+        return {"duration": dur, "group": group, "instance_id": "i-0f207fb2a99bd2d08", "name": name,
+                "process_id": "1627711", "thread_id": 1627711, "timestamp": T0 + start, **extra}
+
     rt = [
-        {"duration": 2_000, "group": "nrt-nc-000", "name": "nrt_tensor_write", "timestamp": 1_000,
-         "type": "api", "instance_id": "i-0abc"},
-        {"duration": 40_000, "group": "nrt-nc-000", "name": "nc_exec_running", "timestamp": 10_000,
-         "type": "hardware", "instance_id": "i-0abc"},
-        {"duration": 10_000, "group": "nrt-nc-000", "name": "nc_exec_running", "timestamp": 60_000,
-         "type": "hardware", "instance_id": "i-0abc"},
+        ev("nrt_tensor_write", 1_000, 2_000, type=11),
+        ev("nrt_execute", 9_000, 42_000, type=11),
+        ev("nc_exec_running", 10_000, 40_000, type=11),
+        ev("nrt_execute", 59_000, 12_000, type=11),
+        ev("nc_exec_running", 60_000, 10_000, type=11),
     ]
     fw = [
-        {"duration": 45_000, "name": "aten::mm", "timestamp": 8_000, "group": "framework", "type": "op"},
-        {"duration": 15_000, "name": "aten::add", "timestamp": 58_000, "group": "framework", "type": "op"},
+        ev("aten::mm", 8_000, 45_000, group="framework-80375131", type=99999),
+        ev("aten::add", 58_000, 15_000, group="framework-80375131", type=99999),
     ]
     p.write_text(json.dumps({"Neuron_Runtime_API_Event": rt, "Framework_Event": fw, "mem_usage": [],
                              "cpu_util": []}))
@@ -262,19 +273,21 @@ def write_system_profile_json(path: str | Path) -> Path:
 
 
 def write_neuron_profile_json(path: str | Path) -> Path:
-    """Old `neuron-profile` JSON: a "summary" list and an "instruction" list."""
+    """`neuron-profile view --output-format json` (default file name ntff.json): a "summary" list (fractions, times
+    in seconds) and an "instruction" list with the engine in `label` and `hlo_name` as a whole HLO statement."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    t0 = 10_261_883_214
     ins = [
-        {"timestamp": 0, "duration": 30_000, "label": "TensorMatrix", "hlo_name": "dot.1", "opcode": "MATMUL",
-         "operands": "a b"},
-        {"timestamp": 30_000, "duration": 10_000, "label": "Vector", "hlo_name": "add.2", "opcode": "TENSOR_TENSOR",
-         "operands": "a b"},
-        {"timestamp": 35_000, "duration": 5_000, "label": "Scalar", "hlo_name": "exponential.3", "opcode": "ACTIVATE",
-         "operands": "a"},
+        {"timestamp": t0, "duration": 30_000, "label": "TensorMatrix", "hlo_name": "%dot.1 = f32[64,64]{1,0} "
+         "dot(%p0, %p1)", "opcode": "MATMUL", "operands": "a b"},
+        {"timestamp": t0 + 30_000, "duration": 10_000, "label": "Vector", "hlo_name": "%add.2 = f32[64,64]{1,0} "
+         "add(%dot.1, %p2)", "opcode": "TENSOR_TENSOR", "operands": "a b"},
+        {"timestamp": t0 + 35_000, "duration": 5_000, "label": "Scalar", "hlo_name": "%exponential.3 = "
+         "f32[64,64]{1,0} exponential(%add.2)", "opcode": "ACTIVATE", "operands": "a"},
     ]
-    p.write_text(json.dumps({"summary": [{"total_time": 50_000e-9, "mfu_estimated_percent": 5.0}],
-                             "instruction": ins}))
+    p.write_text(json.dumps({"summary": [{"total_time": 50_000e-9, "mfu_estimated_percent": 0.05,
+                                          "instance_type": "trn1.2xlarge"}], "instruction": ins}))
     return p
 
 

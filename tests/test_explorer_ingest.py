@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from make_explorer_fixtures import (
-    EXPECTED, NKI_FILE, write_explorer_fixture, write_neuron_profile_json, write_system_profile_json,
+    EXPECTED, NKI_FILE, SYNC_NS, T0, write_explorer_fixture, write_neuron_profile_json, write_system_profile_json,
 )
 from neuron_studio.profiler import neuron_profile
 from neuron_studio.profiler.neuron_profile import (
@@ -62,6 +62,20 @@ def test_ops_are_framework_ops_with_union_device_time_and_dominant_engine(prof: 
     assert mm["bytes"] == 1_048_576 + 524_288
     assert (prof.ops["host_ns"] == 0).all()  # host columns the profile lacks are neutral
     assert prof.ops["device_start_ns"].min() == 0  # rebased on Metadata.first_hw_timestamp
+
+
+def test_epoch_ns_timestamps_keep_every_nanosecond(prof: MeasuredProfile, tmp_path: Path) -> None:
+    """float64 spacing at ~1.7e18 is 256 ns: the fixture's 57 ns Sync window must stay 57 ns, at 105,000 ns."""
+    sync = prof.ops[prof.ops["op"] == "(unattributed)"].iloc[0]
+    assert (int(sync["device_ns"]), int(sync["device_start_ns"])) == (SYNC_NS, 105_000)
+    d = tmp_path / "p90"
+    d.mkdir()
+    pd.DataFrame({"start_ts": [T0 + 3, T0 + 200], "end_ts": [T0 + 93, T0 + 328], "engine": ["Vector", "Tensor"],
+                  "hlo_name": ["add.1", "dot.2"]}).to_parquet(d / "Instruction.parquet", index=False)
+    pd.DataFrame({"total_time": [400e-9]}).to_parquet(d / "Summary.parquet", index=False)
+    p = load_neuron_profile(d, chip="trn2")
+    got = {r.op: (int(r.device_ns), int(r.device_start_ns)) for r in p.ops.itertuples(index=False)}
+    assert got == {"add.1": (90, 0), "dot.2": (128, 197)}
 
 
 def test_hot_path_carries_the_nki_source_line_measured(prof: MeasuredProfile) -> None:
@@ -141,7 +155,12 @@ def test_missing_optional_tables_use_framework_nodes_and_the_spec_table(fixtures
     p = load_neuron_profile(fixtures["minimal"])
     assert {k: v for k, v in EXPECTED["ops"].items() if k[0] != "(unattributed)"} == _by_op(p)
     assert p.mfu == pytest.approx(EXPECTED["mfu"])
-    assert p.summary.chip == "trn2" and "spec table" in p.summary.assumptions["peaks"]
+    # no Metadata, so no instance type: the chip is not guessed (peaks and cost unavailable, with a warning) ...
+    assert p.summary.chip == "unknown" and p.trace.meta["figures"]["cost"] == "unavailable"
+    assert math.isnan(p.summary.peak_flops_per_s) and any("chip=" in w for w in p.to_summary()["warnings"])
+    # ... until the caller names it: then the spec table's peaks
+    named = load_neuron_profile(fixtures["minimal"], chip="trn2")
+    assert named.summary.chip == "trn2" and "spec table" in named.summary.assumptions["peaks"]
     assert p.hot_path()[0].kernels == [] or not p.hot_path()[0].kernels[0].get("measured")
     mm = p.ops[p.ops["op"] == "aten::mm"].iloc[0]
     assert mm["flops"] == pytest.approx(2 * 512 * 512 * 512)  # 2 x (elements - transpose elements)
@@ -179,7 +198,8 @@ def test_chip_from_instance_type_and_override(fixtures: dict[str, Path]) -> None
     assert chip_from_instance_type("trn3.48xlarge") == "trn3"
     assert chip_from_instance_type("inf2.xlarge") is None and chip_from_instance_type(None) is None
     p = load_neuron_profile(fixtures["full"], chip="trn3", steps=2)
-    assert p.summary.chip == "trn3" and p.trace.meta["source"]["chip_from"] == "argument/default"
+    assert p.summary.chip == "trn3" and p.trace.meta["source"]["chip_from"] == "argument"
+    assert any("overrides the profile's instance type 'trn2.48xlarge'" in w for w in p.to_summary()["warnings"])
     assert p.step_time_ns == pytest.approx(EXPECTED["total_time_ns"] / 2)
 
 
@@ -195,22 +215,69 @@ def test_fallback_ops_from_op_tracking_become_fallback_rows(fixtures: dict[str, 
     assert p.to_summary()["badges"]["fallbacks"] == 1
 
 
-def test_legacy_system_profile_json(tmp_path: Path) -> None:
+def test_system_profile_device_time_is_nc_exec_running_only(tmp_path: Path) -> None:
     path = write_system_profile_json(tmp_path / "sys" / "system_profile.json")
     for target in (path, path.parent):
         p = load_neuron_profile(target)
+        # nc_exec_running windows (40 us, 10 us), not the nrt_execute host calls around them (42 us, 12 us)
         assert _by_op(p) == {("aten::mm", ""): (40_000, "none"), ("aten::add", ""): (10_000, "none")}
-        assert p.trace.meta["figures"]["engine_utilization"] == "unavailable"
+        figs = p.trace.meta["figures"]
+        assert figs["device_time"] == "measured" and figs["host_time"] == "measured"
+        assert figs["engine_utilization"] == "not captured" and figs["mfu"] == "not captured"
         assert sorted(p.trace.host["category"]) == ["framework"] * 2 + ["neuron_rt"] * 3
-        assert p.summary.step_time_ns == pytest.approx(60_000)
+        assert "nc_exec_running" not in set(p.trace.host["name"])
+        assert p.summary.step_time_ns == 50_000 and p.summary.launches == 2   # union of the device windows
+        # epoch-ns timestamps rebased in integers on the first event (nrt_tensor_write at T0 + 1 us)
+        assert sorted(zip(p.ops["op"], p.ops["device_start_ns"])) == [("aten::add", 59_000), ("aten::mm", 9_000)]
+        assert p.host_time_ns == 73_000 - 1_000
         p.to_summary()
 
 
 def test_legacy_neuron_profile_json(tmp_path: Path) -> None:
     p = load_neuron_profile(write_neuron_profile_json(tmp_path / "np.json"))
     assert _by_op(p) == {("dot.1", ""): (30_000, "tensor"), ("add.2", ""): (10_000, "vector"),
-                         ("exponential.3", ""): (5_000, "scalar")}
+                         ("exponential.3", ""): (5_000, "scalar")}      # HLO instruction names, not statements
     assert p.mfu == pytest.approx(0.05) and p.summary.step_time_ns == pytest.approx(50_000)
+    assert p.summary.chip == "trn1" and p.trace.meta["source"]["chip_from"] == "summary.instance_type"
+    assert p.trace.meta["figures"]["engine_utilization"] == "derived"
+    assert p.summary.engine_utilization["tensor"] == pytest.approx(30_000 / 50_000, abs=1e-12)
+    assert math.isnan(p.summary.engine_utilization["dma"])          # no DMA data: not captured, not 0
+
+
+def test_real_default_file_names_in_a_directory_are_recognised(tmp_path: Path) -> None:
+    d = tmp_path / "view"
+    write_neuron_profile_json(d / "ntff.json")
+    assert set(load_neuron_profile(d).ops["op"]) == {"dot.1", "add.2", "exponential.3"}
+    d2 = tmp_path / "json_out"
+    write_neuron_profile_json(d2 / "device_profile_model_10001.json")
+    write_system_profile_json(d2 / "system_profile.json")
+    p = load_neuron_profile(d2)
+    assert set(p.ops["op"]) == {"dot.1", "add.2", "exponential.3"}       # the device profile, plus ...
+    assert len(p.trace.host) == 5 and p.trace.meta["figures"]["host_time"] == "measured"   # ... its host events
+    write_neuron_profile_json(d2 / "device_profile_model_10002.json")
+    with pytest.raises(TraceFormatError, match=r"2 device profiles .*device_profile_model_10001\.json"):
+        load_neuron_profile(d2)
+
+
+def _summary_only(tmp_path: Path, row: dict) -> MeasuredProfile:
+    f = tmp_path / "summary.json"
+    f.write_text(json.dumps(row))
+    return load_neuron_profile(f)
+
+
+def test_percent_scale_is_checked_against_the_summary_own_times(tmp_path: Path) -> None:
+    base = {"total_time": 1e-3, "tensor_engine_active_time": 4e-4, "instance_type": "trn2.48xlarge"}
+    frac = _summary_only(tmp_path, {**base, "tensor_engine_active_time_percent": 0.4, "mfu_estimated_percent": 0.3})
+    assert frac.mfu == pytest.approx(0.3) and "0-1 fractions (checked" in frac.summary.assumptions["percent_fields"]
+    pct = _summary_only(tmp_path, {**base, "tensor_engine_active_time_percent": 40.0, "mfu_estimated_percent": 30.0})
+    assert pct.mfu == pytest.approx(0.3) and "0-100 percent (checked" in pct.summary.assumptions["percent_fields"]
+    assert pct.summary.engine_utilization["tensor"] == pytest.approx(0.4)
+    bad = _summary_only(tmp_path, {**base, "tensor_engine_active_time_percent": 0.07})
+    assert bad.summary.engine_utilization["tensor"] == pytest.approx(0.4)   # the times win
+    assert any("disagree with their own times" in w for w in bad.to_summary()["warnings"])
+    unchecked = _summary_only(tmp_path, {"total_time": 1e-3, "vector_engine_active_time_percent": 0.25})
+    assert unchecked.summary.engine_utilization["vector"] == pytest.approx(0.25)
+    assert "assumed" in unchecked.summary.assumptions["percent_fields"]
 
 
 @pytest.mark.parametrize("doc", ['{"summary": []}', "[1, 2]", "not json", '{"instruction": [{"timestamp": "x"}]}'])

@@ -184,8 +184,13 @@ def test_capture_to_measured_profile_with_explorer_on_path(tmp_path: Path) -> No
         print(json.dumps({"backend": s["backend"], "modeled": s["modeled"], "mfu": s["mfu"], "name": s["name"],
                           "hot": s["hot_ops"][0]["kernel"], "fallbacks": s["fallbacks"],
                           "dynamo": p.trace.meta["dynamo_metrics"], "parquet": str(run.parquet_dir),
-                          "capture_dir": p.trace.meta["capture_dir"], "mode": p.trace.mode}))
+                          "capture_dir": p.trace.meta["capture_dir"], "mode": p.trace.mode,
+                          "host_label": p.trace.meta["figures"]["host_time"], "host_events": len(p.trace.host),
+                          "not_captured": p.trace.meta["not_captured"], "host_ns": s["host_time_ns"]}))
     """, tmp_path, path_dirs=[_fake_explorer(tmp_path)])
+    # host time is measured exactly when torch.profiler recorded host events, and then not listed as missing
+    assert (out["host_label"] == "measured") == (out["host_events"] > 0) == ("host time" not in out["not_captured"])
+    assert (out["host_ns"] is None) == (out["host_events"] == 0)
     assert out["backend"] == "real" and out["modeled"] is False and out["mfu"] == pytest.approx(0.125)
     assert out["hot"]["file"].endswith("rmsnorm.py") and out["hot"]["line"] == 42
     assert [f["op"] for f in out["fallbacks"]] == ["aten::unique"]

@@ -82,14 +82,27 @@ def _table(headers: list[str], rows: list[list[tuple[str, bool]]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+def _measured_note(prov: Any) -> str:
+    """What a measured profile was read from and what it does not hold ("host time: not captured")."""
+    if not isinstance(prov, dict):
+        return "<div class='muted'>Measured on Neuron hardware.</div>"
+    missing = "; ".join(f"{escape(x)}: not captured" for x in prov.get("not_captured") or [])
+    derived = ", ".join(escape(k) for k, v in (prov.get("figures") or {}).items() if v in ("derived", "modeled"))
+    return (f"<div class='muted'>Measured on Neuron hardware from {escape(prov.get('measured_from'))}."
+            + (f" {missing}." if missing else "") + (f" Derived or modeled: {derived}." if derived else "")
+            + "</div>")
+
+
 def _engines(s: dict) -> str:
     out = []
     for e in s.get("engines", []):
+        captured = e.get("utilization") is not None          # None: not in the profile (shown as such, not 0%)
         u = float(e.get("utilization") or 0.0)
         color = ENGINE_COLORS.get(e.get("engine"), "#888")
+        value = f"{fmt_pct(u)} · {fmt_ns(e.get('busy_ns'))}/step" if captured else "not captured"
         out.append(f"<div class='bar'><span class='nm'>{escape(e.get('engine'))}</span><span class='bg'>"
                    f"<div class='fg' style='width:{min(100.0, u * 100):.1f}%;background:{color}'></div></span>"
-                   f"<span class='v'>{fmt_pct(u)} · {fmt_ns(e.get('busy_ns'))}/step</span></div>")
+                   f"<span class='v'>{value}</span></div>")
     return "".join(out)
 
 
@@ -253,7 +266,7 @@ def render_html(s: dict) -> str:
     panes = "".join(f"<div class='pane p{i}'>{body}</div>" for i, (_, body) in enumerate(tabs))
     note = ("<div class='muted'>Modeled: device times, utilization, MFU and cost come from Neuron Studio's "
             "NeuronCore model of the ops this run executed (emulated device); host times are measured.</div>"
-            if modeled else "<div class='muted'>Measured on Neuron hardware.</div>")
+            if modeled else _measured_note(s.get("provenance")))
     return (f"<div class='nstu' id='{uid}'><style>{CSS}{tab_css}</style>"
             f"<div class='hd'><span class='tt'>{title}</span>{''.join(tags)}</div>"
             f"<div class='kp'>{kp}</div>{badge_html}{warn}"

@@ -26,8 +26,11 @@ def render_text(s: dict, *, top: int = 5) -> str:
                  f"recompiles {b.get('recompiles', 0)}")
     c = s.get("cost") or {}
     if c:
-        lines.append(f"  cost / 1,000 steps (modeled): {c.get('chip')} ${float(c.get('per_1000_steps_usd') or 0):.4g}"
-                     f"   H100 ${float(c.get('h100_per_1000_steps_usd') or 0):.4g}")
+        def usd(v: Any) -> str:
+            return "unavailable" if v is None else f"${float(v):.4g}"
+
+        lines.append(f"  cost / 1,000 steps (modeled): {c.get('chip')} {usd(c.get('per_1000_steps_usd'))}"
+                     f"   H100 {usd(c.get('h100_per_1000_steps_usd'))}")
     hot = s.get("hot_ops") or []
     if hot:
         lines.append("  hot path:")
@@ -41,6 +44,11 @@ def render_text(s: dict, *, top: int = 5) -> str:
         lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")
     for w in s.get("warnings") or []:
         lines.append(f"  ! {w}")
+    prov = s.get("provenance")
+    if isinstance(prov, dict):
+        lines.append(f"  measured from {prov.get('measured_from')}")
+        if prov.get("not_captured"):
+            lines.append("  " + "; ".join(f"{x}: not captured" for x in prov["not_captured"]))
     if s.get("ranks_analysis"):
         lines.append(render_ranks_text(s["ranks_analysis"]))
     return "\n".join(lines)

@@ -1,8 +1,11 @@
-"""Explorer tables -> the studio's model: a `MeasuredRun` (what `Profile` reads), the `Trace` rows and metadata.
+"""Neuron profile tables -> the studio's model: a `MeasuredRun` (what `Profile` reads), the `Trace` rows and metadata.
 
-Device op rows are ordered by start and rebased to the first hardware timestamp; ops TorchNeuron ran on CPU
-(from `OpTracking`) follow as fallback rows. Explorer's own Summary figures are used first; a figure is
-derived from the op rows only where its column is absent, and the metadata says which (`figures`).
+Device op rows are ordered by start and rebased, in integer ns, on the first hardware timestamp; ops TorchNeuron
+ran on CPU (from `OpTracking`) follow as fallback rows. The Summary's own figures are used first (`figures`
+module); a figure is derived from the rows only where the Summary has none. The metadata says, per figure, what
+it is (`figures`: measured / derived / modeled / not captured / unavailable) and what it was read from
+(`figure_sources`), what the profile was measured from (`measured_from`) and what it does not hold
+(`not_captured`); reader warnings go to `reader_warnings`.
 """
 from __future__ import annotations
 
@@ -15,15 +18,17 @@ import pandas as pd
 from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, ratio
 from neuron_studio.profiler.neuron_profile.measured_run import MeasuredGroups, MeasuredRun
 from neuron_studio.profiler.neuron_profile.op_rows import OpRows, ops_from_framework_nodes, ops_from_instructions
-from neuron_studio.profiler.neuron_profile.system_profile import SYSTEM_PROFILE_SOURCE
-from neuron_studio.profiler.neuron_profile.tables import ExplorerTables
+from neuron_studio.profiler.neuron_profile.figures import ChipChoice, SummaryFigures, resolve_chip, summary_figures
+from neuron_studio.profiler.neuron_profile.tables import SYSTEM_SOURCES, ExplorerTables
 from neuron_studio.profiler.neuron_profile.values import (
-    ENGINE_NOTE, STUDIO_ENGINE, chip_from_instance_type, engine_of, first_row, num_col, number_in, str_col,
+    ENGINE_NOTE, STUDIO_ENGINE, engine_of, first_row, int_col, num_col, number_in, str_col, union_len,
 )
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["measured_run", "trace_from_tables", "FALLBACK_REASON"]
+
+_COMPUTE_ENGINES = tuple(e for e in DEVICE_ENGINES if e != "dma")
 
 FALLBACK_REASON = "cpu fallback (reported by torch_neuronx.get_fallback_ops)"
 
@@ -36,35 +41,46 @@ class _Peaks:
     source: str
 
 
-def _peaks(meta: Mapping[str, Any], chip: str) -> _Peaks:
+def _peaks(meta: Mapping[str, Any], chip: ChipChoice) -> _Peaks:
+    """MFU/MBU denominators: the profile's Metadata where it has them, else the spec table of a known chip, else
+    NaN (an unknown chip is not guessed)."""
+    from neuron_studio.profiler.specs import chip_spec
+
     clock, rows, cols = number_in(meta, "tensor_engine_clock_freq"), number_in(meta, "tensor_engine_num_rows"), \
         number_in(meta, "tensor_engine_num_cols")
     pcores = int(number_in(meta, "num_physical_cores") or 0)
     hbm = number_in(meta, "hbm_ddr_bandwidth")
-    from neuron_studio.profiler.specs import chip_spec
-
-    spec = chip_spec(chip)
-    lnc = pcores or spec.lnc_default
+    spec = chip_spec(chip.chip) if chip.in_spec_table else None
+    lnc = pcores or (spec.lnc_default if spec is not None else 1)
+    nan = float("nan")
     if clock and rows and cols:
         flops = clock * 1e9 * rows * cols * 2.0 * lnc
         src = "Metadata: tensor_engine_clock_freq x num_rows x num_cols x 2 FLOP/MAC x num_physical_cores"
-    else:
+    elif spec is not None:
         flops = spec.core_tensor_bf16_flops_per_s * lnc
-        src = f"spec table ({chip}): per-core BF16 Tensor Engine peak x {lnc} physical cores (no Metadata)"
+        src = f"spec table ({chip.chip}): per-core BF16 Tensor Engine peak x {lnc} physical cores (no Metadata)"
+    else:
+        flops, src = nan, f"unavailable: chip {chip.chip!r} is not in the spec table and Metadata has no clocks"
     if hbm:
         src += "; HBM: Metadata.hbm_ddr_bandwidth (one HBM stack, Explorer's MBU denominator)"
-    else:
+    elif spec is not None:
         hbm = spec.hbm_bandwidth_bytes_per_s / max(1, spec.logical_cores_per_chip(lnc))
-        src += f"; HBM: spec table ({chip}) chip bandwidth / logical cores (no Metadata)"
+        src += f"; HBM: spec table ({chip.chip}) chip bandwidth / logical cores (no Metadata)"
+    else:
+        hbm = nan
+        src += "; HBM: unavailable (no Metadata.hbm_ddr_bandwidth, chip not in the spec table)"
     return _Peaks(float(flops), float(hbm), int(lnc), src)
 
 
 def _bound(engine: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, active: np.ndarray, peaks: _Peaks,
            fallback: np.ndarray) -> np.ndarray:
     t = np.maximum(active, 1.0) * 1e-9
-    comp = flops / t / max(peaks.flops_per_s, 1.0)
-    mem = nbytes / t / max(peaks.hbm_bytes_per_s, 1.0)
-    out = np.where(mem > comp, "memory", "compute").astype(object)
+    if not (np.isfinite(peaks.flops_per_s) and np.isfinite(peaks.hbm_bytes_per_s)):
+        out = np.full(len(active), "none", dtype=object)     # no roofs: which one binds is not known
+    else:
+        comp = flops / t / max(peaks.flops_per_s, 1.0)
+        mem = nbytes / t / max(peaks.hbm_bytes_per_s, 1.0)
+        out = np.where(mem > comp, "memory", "compute").astype(object)
     out[(active <= 0)] = "none"
     out[fallback] = "fallback"
     return out
@@ -73,12 +89,12 @@ def _bound(engine: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, active: np
 # -- rows ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class _Rows:
-    """Device op rows by start time, rebased to `t0`, then one row per CPU fallback op (at the end)."""
+    """Device op rows by start time, rebased to `t0` in integer ns, then one row per CPU fallback op (at the end)."""
 
     n_dev: int
     n_fb: int
     order: np.ndarray
-    t0: float
+    t0: int
     start: np.ndarray
     end: np.ndarray
     active: np.ndarray
@@ -96,22 +112,34 @@ class _Rows:
         return self.n_dev + self.n_fb
 
 
-def _rows(ops: OpRows, meta_row: Mapping[str, Any], tracking: Any) -> _Rows:
-    # timeline origin: first hardware timestamp, else the first op
-    t0 = number_in(meta_row, "first_hw_timestamp")
-    if t0 is None or (len(ops.start) and t0 > ops.start.min()):
-        t0 = float(ops.start.min()) if len(ops.start) else 0.0
+def _origin(t: ExplorerTables, ops: OpRows, meta_row: Mapping[str, Any]) -> int:
+    """The timeline origin in int ns: the system profile's first event, else Metadata.first_hw_timestamp (exact,
+    from the int64 column), else the first op."""
+    if t.origin_ns is not None:
+        return int(t.origin_ns)
+    first = int(ops.start.min()) if len(ops.start) else None
+    meta = t.get("Metadata")
+    if meta is not None and "first_hw_timestamp" in meta.columns and len(meta) \
+            and pd.notna(meta["first_hw_timestamp"].iloc[0]):
+        t0 = int(int_col(meta.iloc[:1], "first_hw_timestamp", "Metadata.first_hw_timestamp")[0])
+        if first is None or t0 <= first:
+            return t0
+    return first if first is not None else 0
+
+
+def _rows(ops: OpRows, t0: int, tracking: Any) -> _Rows:
     order = np.argsort(ops.start, kind="stable")
     fb_names = list((tracking.fallback.items() if tracking is not None else []))
     n_dev, n_fb = len(order), sum(int(c) for _, c in fb_names)
-    start = np.concatenate([ops.start[order] - t0, np.zeros(n_fb)]).astype(np.int64)
+    start = np.concatenate([np.asarray(ops.start, dtype=np.int64)[order] - np.int64(t0),
+                            np.zeros(n_fb, dtype=np.int64)])
     active = np.concatenate([ops.active[order], np.zeros(n_fb)])
-    end = start + active.astype(np.int64)
+    end = start + np.round(active).astype(np.int64)
     if n_fb:
         start[n_dev:] = end[n_dev:] = int(end[:n_dev].max()) if n_dev else 0
     fb_rows = [name for name, c in fb_names for _ in range(int(c))]
     return _Rows(
-        n_dev=n_dev, n_fb=n_fb, order=order, t0=t0, start=start, end=end, active=active,
+        n_dev=n_dev, n_fb=n_fb, order=order, t0=int(t0), start=start, end=end, active=active,
         name=np.concatenate([ops.name[order], np.asarray(fb_rows, dtype=object)]).astype(object),
         module=np.concatenate([ops.module[order], np.full(n_fb, "", dtype=object)]).astype(object),
         engine=np.concatenate([ops.engine[order], np.full(n_fb, "none", dtype=object)]).astype(object),
@@ -139,102 +167,131 @@ def _run_ops(r: _Rows, core: int, bound: np.ndarray) -> dict[str, np.ndarray]:
 
 
 # -- summary ---------------------------------------------------------------------------------------------
-def _engine_figures(summ: Mapping[str, Any], r: _Rows, step_ns: float
-                    ) -> tuple[dict[str, float], dict[str, float], list[str]]:
-    """Per engine: busy ns and utilization, from Summary where it has them (else from the op rows, listed)."""
-    busy: dict[str, float] = {}
-    util: dict[str, float] = {}
-    derived: list[str] = []
-    active, engine, n_dev = r.active, r.engine, r.n_dev
-    dev_busy = {e: float(active[:n_dev][engine[:n_dev] == e].sum()) for e in DEVICE_ENGINES}
-    for e in ("tensor", "vector", "scalar", "gpsimd", "sync"):
-        pct, sec = number_in(summ, f"{e}_engine_active_time_percent"), number_in(summ, f"{e}_engine_active_time")
-        key = e
-        if pct is None and sec is None:
-            if e == "sync":
-                continue
-            derived.append(e)
-            busy[key] = dev_busy[e]
-            util[key] = min(1.0, ratio(busy[key], step_ns))
-            continue
-        util[key] = (pct / 100.0) if pct is not None else min(1.0, ratio((sec or 0) * 1e9, step_ns))
-        busy[key] = (sec * 1e9) if sec is not None else util[key] * step_ns
-    dpct, dsec = number_in(summ, "dma_active_time_percent"), number_in(summ, "dma_active_time")
-    if dpct is not None or dsec is not None:
-        util["dma"] = (dpct / 100.0) if dpct is not None else min(1.0, ratio((dsec or 0) * 1e9, step_ns))
-        busy["dma"] = (dsec * 1e9) if dsec is not None else util["dma"] * step_ns
-    elif "sync" in util:
-        util["dma"], busy["dma"] = util["sync"], busy["sync"]
-    else:
-        busy["dma"] = dev_busy["dma"]
-        util["dma"] = min(1.0, ratio(busy["dma"], step_ns))
-        derived.append("dma")
-    return busy, util, derived
+def _engine_busy_from_rows(t: ExplorerTables, r: _Rows) -> dict[str, float]:
+    """Per studio engine, the union of the instruction intervals (only used where the Summary has no figure)."""
+    ins = t.get("Instruction")
+    if ins is None or not len(ins) or t.source in SYSTEM_SOURCES:
+        if r.n_dev and t.source not in SYSTEM_SOURCES:      # FrameworkNode ops: their own device time
+            return {e: float(r.active[:r.n_dev][r.engine[:r.n_dev] == e].sum())
+                    for e in _COMPUTE_ENGINES}
+        return {}
+    s = int_col(ins, "start_ts", "Instruction.start_ts")
+    e = int_col(ins, "end_ts", "Instruction.end_ts") if "end_ts" in ins.columns else \
+        s + num_col(ins, "duration_ns").astype(np.int64)
+    eng = np.asarray([STUDIO_ENGINE.get(engine_of(v), "none") for v in str_col(ins, "engine")], dtype=object)
+    return {k: float(union_len(s[eng == k], e[eng == k])) for k in _COMPUTE_ENGINES}
 
 
-def _figures(t: ExplorerTables, derived: list[str], mfu_pct: float | None, mbu_pct: float | None) -> dict[str, str]:
-    """Where each headline figure came from: measured, derived from op rows, unavailable, or modeled."""
-    has_fw_sys = t.source == SYSTEM_PROFILE_SOURCE
-    return {
-        "device_time": "measured",
-        "engine_utilization": "unavailable" if has_fw_sys else ("measured" if not derived else "measured (partly "
-                                                                "derived from op rows)"),
-        "mfu": "measured" if mfu_pct is not None else ("unavailable" if has_fw_sys else "derived"),
-        "mbu": "measured" if mbu_pct is not None else ("unavailable" if has_fw_sys else "derived"),
-        "host_time": "unavailable",
-        "cost": "modeled",
+def _dma_rows_busy(t: ExplorerTables) -> float | None:
+    dma = t.get("DmaActivity")
+    if dma is None or not len(dma):
+        return None
+    return float(union_len(int_col(dma, "start_ts"), int_col(dma, "end_ts")))
+
+
+def _figures(t: ExplorerTables, sf: SummaryFigures, chip: ChipChoice, peaks: _Peaks) -> tuple[dict, dict]:
+    """(figures, figure_sources): what each headline figure is and the field it was read from."""
+    system = t.source in SYSTEM_SOURCES
+    sources: dict[str, str] = {"device_time": sf.step_ns.source}
+    util_labels = set()
+    for eng, fig in sf.utilization.items():
+        sources[f"utilization.{eng}"] = fig.source
+        util_labels.add(fig.label)
+    util = "not captured" if system or not util_labels or util_labels == {"not captured"} else (
+        "measured" if util_labels <= {"measured", "not captured"} else "derived")
+    figures = {
+        "device_time": sf.step_ns.label, "engine_utilization": util,
+        "mfu": "not captured" if system else sf.mfu.label, "mbu": "not captured" if system else sf.mbu.label,
+        "host_time": "measured" if t.host is not None and len(t.host) else "not captured",
+        "cost": "modeled" if chip.in_spec_table and np.isfinite(sf.step_ns.value) else "unavailable",
     }
+    sources.update({
+        "mfu": sf.mfu.source, "mbu": sf.mbu.source, "peaks": peaks.source,
+        "host_time": (f"span of the runtime/framework events in {t.files.get('*', ['the profile'])[-1]}"
+                      if figures["host_time"] == "measured" else "not captured: the profile has no host events"),
+        "cost": (f"modeled: price per chip-hour ({chip.chip}, spec table) x measured device time (one chip)"
+                 if figures["cost"] == "modeled" else
+                 f"unavailable: chip {chip.chip!r} has no price in the spec table" if not chip.in_spec_table else
+                 "unavailable: no measured device time"),
+        "chip": chip.chip_from,
+    })
+    if system:
+        sources.update({"mfu": "not captured: a system profile has no FLOP counters",
+                        "mbu": "not captured: a system profile has no HBM byte counters"})
+    return figures, sources
 
 
-def _summary(t: ExplorerTables, summ: Mapping[str, Any], r: _Rows, chip: str, mode: str,
-             peaks: _Peaks) -> tuple[RunSummary, dict[str, str]]:
-    """Explorer's own Summary figures first, derived ones only where a column is absent."""
+def _not_captured(t: ExplorerTables, figures: Mapping[str, str], sf: SummaryFigures) -> list[str]:
+    out = list(t.not_captured)
+    for key, name in (("device_time", "device time"), ("host_time", "host time"), ("mfu", "MFU"), ("mbu", "MBU"),
+                      ("engine_utilization", "engine utilization")):
+        if figures[key] == "not captured" and name not in out:
+            out.append(name)
+    dma = sf.utilization.get("dma")
+    if dma is not None and dma.label == "not captured" and "engine utilization" not in out:
+        out.append("DMA utilization")
+    return out
+
+
+def _summary(t: ExplorerTables, summ: Mapping[str, Any], r: _Rows, chip: ChipChoice, mode: str,
+             peaks: _Peaks) -> tuple[RunSummary, SummaryFigures, dict, dict]:
+    """The Summary's own figures first, derived ones only where a field is absent (each labelled)."""
     from neuron_studio.profiler.specs import chip_spec
 
-    step_s = number_in(summ, "total_time") or number_in(summ, "total_exec_time")
-    if not step_s:
-        step_s = float(r.end.max() - r.start.min()) * 1e-9 if r.n_dev else 0.0
-    step_ns = step_s * 1e9
-    busy, util, derived = _engine_figures(summ, r, step_ns)
     total_bytes = (number_in(summ, "hbm_read_bytes") or 0.0) + (number_in(summ, "hbm_write_bytes") or 0.0)
     if not total_bytes:
         total_bytes = float((r.rd + r.wr).sum())
     total_flops = number_in(summ, "model_flops") or (
         max(0.0, (number_in(summ, "hardware_flops") or 0.0) - (number_in(summ, "transpose_flops") or 0.0))) \
         or float(r.flops.sum())
-    mfu_pct, mbu_pct = number_in(summ, "mfu_estimated_percent"), number_in(summ, "mbu_estimated_percent")
-    mfu = mfu_pct / 100.0 if mfu_pct is not None else ratio(total_flops, peaks.flops_per_s * step_s)
-    mbu = mbu_pct / 100.0 if mbu_pct is not None else ratio(total_bytes, peaks.hbm_bytes_per_s * step_s)
+    span = float(r.end[:r.n_dev].max() - r.start[:r.n_dev].min()) if r.n_dev else None
+    if t.source in SYSTEM_SOURCES:   # device time = union of nc_exec_running, never runtime calls
+        summ = {"total_time": None}
+    sf = summary_figures(summ, ops_busy_ns=_engine_busy_from_rows(t, r), ops_span_ns=span,
+                         dma_rows_busy_ns=_dma_rows_busy(t), flops=total_flops, bytes_=total_bytes,
+                         peak_flops_per_s=peaks.flops_per_s, hbm_bytes_per_s=peaks.hbm_bytes_per_s,
+                         summary_name=t.label("Summary"))
+    if t.source in SYSTEM_SOURCES:
+        from neuron_studio.profiler.neuron_profile.figures import Figure
+
+        nan = float("nan")
+        sf.step_ns = Figure(float(t.device_time_ns), "measured", "union of the nc_exec_running events") \
+            if t.device_time_ns is not None else Figure(nan, "not captured", "not captured: no nc_exec_running "
+                                                                              "events in the system profile")
+        sf.utilization = {e: Figure(nan, "not captured", "not captured: a system profile has no engine activity")
+                          for e in DEVICE_ENGINES}
+        sf.busy_ns = {e: nan for e in sf.utilization}
+    step_ns = sf.step_ns.value
     ai = number_in(summ, "mm_arithmetic_intensity") or ratio(total_flops, total_bytes)
     execs = t.get("ExecutionInfo")
-    launches = len(execs) if execs is not None and len(execs) else int(r.n_dev > 0)
-    spec = chip_spec(chip)
-    price = spec.price_per_chip_hour_usd
-    c_step = cost_per_step(step_ns, price, 1)
+    launches = t.launches if t.launches is not None else (
+        len(execs) if execs is not None and len(execs) else int(r.n_dev > 0))
     nan = float("nan")
+    spec = chip_spec(chip.chip) if chip.in_spec_table else None
+    price = spec.price_per_chip_hour_usd if spec is not None else nan
+    c_step = cost_per_step(step_ns, price, 1)
+    figures, sources = _figures(t, sf, chip, peaks)
     summary = RunSummary(
-        chip=chip, mode=mode, n_ops=r.n, step_time_ns=step_ns, launches=launches, groups=0, cores_used=1,
-        chips_used=1, lnc=peaks.lnc, engine_busy_ns=busy, engine_utilization=util, mfu=float(mfu), mbu=float(mbu),
-        arithmetic_intensity=float(ai), total_flops=float(total_flops), total_bytes=float(total_bytes),
-        peak_flops_per_s=peaks.flops_per_s, hbm_bytes_per_s=peaks.hbm_bytes_per_s, fallback_ops=r.n_fb,
-        host_fallback_ns=0.0, recompiles=0, compile_time_ns=0.0, h100_step_time_ns=nan, h100_gpus=0,
-        price_per_chip_hour_usd=price, h100_price_per_chip_hour_usd=nan, cost_per_step_usd=c_step,
+        chip=chip.chip, mode=mode, n_ops=r.n, step_time_ns=step_ns, launches=launches, groups=0, cores_used=1,
+        chips_used=1, lnc=peaks.lnc, engine_busy_ns=dict(sf.busy_ns),
+        engine_utilization={e: f.value for e, f in sf.utilization.items()}, mfu=float(sf.mfu.value),
+        mbu=float(sf.mbu.value), arithmetic_intensity=float(ai), total_flops=float(total_flops),
+        total_bytes=float(total_bytes), peak_flops_per_s=peaks.flops_per_s, hbm_bytes_per_s=peaks.hbm_bytes_per_s,
+        fallback_ops=r.n_fb, host_fallback_ns=0.0, recompiles=0, compile_time_ns=0.0, h100_step_time_ns=nan,
+        h100_gpus=0, price_per_chip_hour_usd=price, h100_price_per_chip_hour_usd=nan, cost_per_step_usd=c_step,
         cost_per_1000_steps_usd=c_step * 1000, h100_cost_per_step_usd=nan, h100_cost_per_1000_steps_usd=nan,
-        price_sources={chip: spec.sources.get("price_per_chip_hour_usd", "")},
+        price_sources={chip.chip: spec.sources.get("price_per_chip_hour_usd", "") if spec is not None else ""},
         assumptions={
-            "source": f"measured: Neuron Explorer tables in {t.directory} ({t.source})",
-            "peaks": peaks.source,
-            "mfu": "Summary.mfu_estimated_percent" if mfu_pct is not None else
-                   "model FLOPs / (peak x Summary.total_time) (Summary has no mfu_estimated_percent)",
-            "mbu": "Summary.mbu_estimated_percent" if mbu_pct is not None else
-                   "HBM bytes / (HBM peak x Summary.total_time)",
+            "source": f"measured: {t.source} in {t.directory}",
+            "peaks": peaks.source, "mfu": sf.mfu.source, "mbu": sf.mbu.source,
+            "percent_fields": sf.scale.basis if sf.scale is not None else "",
             "engines": ENGINE_NOTE,
             "h100": "no H100 comparison for measured runs",
-            "cost": "price per chip-hour x measured device time (one chip)",
+            "cost": sources["cost"],
         },
         modeled=False,
     )
-    return summary, _figures(t, derived, mfu_pct, mbu_pct)
+    return summary, sf, figures, sources
 
 
 # -- kernels and the utilization timeline ----------------------------------------------------------------
@@ -248,23 +305,32 @@ def _kernels_by_op(ops: OpRows) -> dict[tuple[str, str], list[dict]]:
     return kernels
 
 
-def _active_time(t: ExplorerTables, t0: float) -> pd.DataFrame | None:
-    """ActiveTime rows (engine, core, start_ns, end_ns) rebased like the ops, or None."""
+def _active_time(t: ExplorerTables, t0: int) -> pd.DataFrame | None:
+    """ActiveTime rows (engine, core, start_ns, end_ns) rebased like the ops (int ns), plus the DMA rows as the
+    `dma` engine; None without either."""
+    frames = []
     at = t.get("ActiveTime")
-    if at is None or not {"start_ts", "end_ts", "engine"} <= set(at.columns):
-        return None
-    return pd.DataFrame({
-        "engine": [STUDIO_ENGINE.get(engine_of(e), "none") for e in str_col(at, "engine")],
-        "core": num_col(at, "pcore_idx").astype(np.int64),
-        "start_ns": (num_col(at, "start_ts") - t0).astype(np.int64),
-        "end_ns": (num_col(at, "end_ts") - t0).astype(np.int64),
-    })
+    if at is not None and {"start_ts", "end_ts", "engine"} <= set(at.columns):
+        frames.append(pd.DataFrame({
+            "engine": [STUDIO_ENGINE.get(engine_of(e), "none") for e in str_col(at, "engine")],
+            "core": num_col(at, "pcore_idx").astype(np.int64),
+            "start_ns": int_col(at, "start_ts", "ActiveTime.start_ts") - np.int64(t0),
+            "end_ns": int_col(at, "end_ts", "ActiveTime.end_ts") - np.int64(t0),
+        }))
+    dma = t.get("DmaActivity")
+    if frames and dma is not None and len(dma):
+        frames.append(pd.DataFrame({"engine": "dma", "core": 0, "start_ns": int_col(dma, "start_ts") - np.int64(t0),
+                                    "end_ns": int_col(dma, "end_ts") - np.int64(t0)}))
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 # -- trace rows and metadata -----------------------------------------------------------------------------
 def _trace_ops(ops: OpRows, r: _Rows, core: int) -> pd.DataFrame:
     n, n_fb, order = r.n, r.n_fb, r.order
     name = r.name
+    source = np.concatenate([(ops.source[order] if ops.source is not None else np.full(r.n_dev, "", dtype=object)),
+                             np.full(n_fb, "", dtype=object)])
+    wait = np.concatenate([(ops.wait_ns[order] if ops.wait_ns is not None else np.zeros(r.n_dev)), np.zeros(n_fb)])
     return pd.DataFrame({
         "seq": np.arange(n, dtype=np.int64), "name": name, "overload": np.full(n, "", dtype=object),
         "start_ns": r.start, "end_ns": r.start,  # no host timing per device op: host duration 0
@@ -275,31 +341,41 @@ def _trace_ops(ops: OpRows, r: _Rows, core: int) -> pd.DataFrame:
         "itemsize": np.zeros(n, np.int8),
         "dtype_class": np.zeros(n, np.int8), "is_view": np.zeros(n, bool), "is_inplace": np.zeros(n, bool),
         "sync": np.full(n, None, dtype=object), "transfer": np.full(n, None, dtype=object),
-        "transfer_bytes": np.zeros(n), "fallback": r.fallback, "source": np.full(n, None, dtype=object),
+        "transfer_bytes": np.zeros(n), "fallback": r.fallback,
+        "source": np.asarray([x or None for x in source], dtype=object),
         "graph": np.zeros(n, np.int64), "deterministic": np.zeros(n, bool),
         "phase": np.asarray(["backward" if "backward" in str(x).lower() else "forward" for x in name], dtype=object),
         "module": r.module, "step": np.zeros(n, np.int32),
         # extra (measured-only) columns, kept by Trace
-        "device_ns": r.active.astype(np.int64), "span_end_ns": np.concatenate(
-            [ops.span_end[order] - r.t0, r.end[r.n_dev:]]).astype(np.int64),
+        "device_ns": np.round(r.active).astype(np.int64), "span_end_ns": np.concatenate(
+            [np.asarray(ops.span_end, dtype=np.int64)[order] - np.int64(r.t0), r.end[r.n_dev:]]).astype(np.int64),
         "engine": r.engine, "instructions": np.concatenate([ops.count[order], np.zeros(n_fb, np.int64)]),
         "hlo_name": np.concatenate([ops.hlo[order], np.full(n_fb, "", dtype=object)]).astype(object),
+        "evt_wait_ns": np.round(wait).astype(np.int64),
     })
 
 
-def _trace_meta(t: ExplorerTables, meta_row: Mapping[str, Any], chip: str, chip_found: str | None, mode: str,
-                figures: dict[str, str], summary: RunSummary,
-                kernels: dict[tuple[str, str], list[dict]]) -> dict[str, Any]:
+def _measured_from(t: ExplorerTables) -> str:
+    files = sorted({f for fs in t.files.values() for f in fs}) if t.files else []
+    return f"{t.source} in {t.directory}: {', '.join(files)}" if files else f"{t.source} in {t.directory}"
+
+
+def _trace_meta(t: ExplorerTables, meta_row: Mapping[str, Any], summ: Mapping[str, Any], chip: ChipChoice,
+                mode: str, figures: dict[str, str], sources: dict[str, str], not_captured: list[str],
+                warnings: list[str], summary: RunSummary, kernels: dict[tuple[str, str], list[dict]]
+                ) -> dict[str, Any]:
+    def meta(key: str) -> Any:
+        return meta_row.get(key) if meta_row.get(key) is not None else summ.get(key)
+
     return {
-        "format": "neuron-studio-trace", "version": 1, "backend": "real", "chip": chip, "mode": mode,
-        "status": "ok", "figures": figures, "engine_aliases": {"dma": ENGINE_NOTE},
+        "format": "neuron-studio-trace", "version": 1, "backend": "real", "chip": chip.chip, "mode": mode,
+        "status": "ok", "figures": figures, "figure_sources": sources, "measured_from": _measured_from(t),
+        "not_captured": not_captured, "reader_warnings": warnings, "engine_aliases": {"dma": ENGINE_NOTE},
         "source": {"kind": t.source, "directory": str(t.directory), "tables": sorted(t.tables),
-                   "files": t.files, "profile_schema_version": meta_row.get("profile_schema_version"),
-                   "explorer_version": meta_row.get("explorer_version"),
-                   "instance_type": meta_row.get("instance_type"),
-                   "runtime_version": meta_row.get("runtime_version"),
-                   "compiler_version": meta_row.get("compiler_version"),
-                   "chip_from": "Metadata.instance_type" if chip_found and chip == chip_found else "argument/default"},
+                   "files": t.files, "profile_schema_version": meta("profile_schema_version"),
+                   "explorer_version": meta("explorer_version"), "instance_type": chip.instance_type,
+                   "runtime_version": meta("runtime_version"), "compiler_version": meta("compiler_version"),
+                   "profiler_version": meta("profiler_version"), "chip_from": chip.chip_from},
         "measured_summary": summary.to_dict(),
         "measured_kernels": [{"op": k[0], "module": k[1], "kernels": v} for k, v in kernels.items()],
     }
@@ -309,22 +385,39 @@ def measured_run(t: ExplorerTables, *, chip: str | None = None, mode: str = "eag
                  tracking: Any = None) -> tuple[MeasuredRun, dict[str, Any], pd.DataFrame]:
     """Tables -> (MeasuredRun, the trace metadata it implies, the trace's `ops` rows)."""
     from neuron_studio.profiler.model.config import ModelConfig
+    from neuron_studio.profiler.specs import trainium_chips
 
     meta_row = first_row(t.get("Metadata"))
     summ = first_row(t.get("Summary"))
-    chip_found = chip_from_instance_type(meta_row.get("instance_type"))
-    chip = (chip or chip_found or "trn2").lower()
-    peaks = _peaks(meta_row, chip)
-    ops = ops_from_instructions(t) if t.has("Instruction") else ops_from_framework_nodes(t)
+    choice = resolve_chip(chip, [(t.label("Metadata"), meta_row), (t.label("Summary"), summ)], trainium_chips())
+    peaks = _peaks(meta_row, choice)
+    if t.has("Instruction"):
+        ops = ops_from_instructions(t)
+    elif t.has("FrameworkNode"):
+        ops = ops_from_framework_nodes(t)
+    else:
+        ops = _no_ops()
     core = int(number_in(meta_row, "neuroncore_idx") or 0)
-    r = _rows(ops, meta_row, tracking)
+    t0 = _origin(t, ops, meta_row)
+    r = _rows(ops, t0, tracking)
     bound = _bound(r.engine, r.flops, r.rd + r.wr, r.active, peaks, r.is_fb)
-    summary, figures = _summary(t, summ, r, chip, mode, peaks)
+    summary, sf, figures, sources = _summary(t, summ, r, choice, mode, peaks)
+    warnings = list(t.notes) + list(choice.warnings) + (sf.scale.warnings if sf.scale is not None else [])
     kernels = _kernels_by_op(ops)
     run = MeasuredRun(ops=_run_ops(r, core, bound), groups=MeasuredGroups(), summary=summary, config=ModelConfig(),
                       kernels=kernels, active_time=_active_time(t, r.t0))
-    meta = _trace_meta(t, meta_row, chip, chip_found, mode, figures, summary, kernels)
+    meta = _trace_meta(t, meta_row, summ, choice, mode, figures, sources, _not_captured(t, figures, sf), warnings,
+                       summary, kernels)
     return run, meta, _trace_ops(ops, r, core)
+
+
+def _no_ops() -> OpRows:
+    """A summary-only profile (summary-json) has no op rows."""
+    e = np.zeros(0)
+    return OpRows(name=np.zeros(0, dtype=object), module=np.zeros(0, dtype=object), start=np.zeros(0, np.int64),
+                  active=e, span_end=np.zeros(0, np.int64), engine=np.zeros(0, dtype=object), flops=e,
+                  bytes_read=e, bytes_written=e, count=np.zeros(0, np.int64), hlo=np.zeros(0, dtype=object),
+                  keys=[])
 
 
 def trace_from_tables(t: ExplorerTables, *, chip: str | None = None, mode: str = "eager", steps: int = 1,

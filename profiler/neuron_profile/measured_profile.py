@@ -29,17 +29,33 @@ class MeasuredProfile(Profile):
                 h.kernels = measured + [k for k in h.kernels if not k.get("measured")]
         return hot
 
+    @property
+    def host_time_ns(self) -> float:
+        """Host wall time per step: the span of the host events the capture recorded (torch.profiler on the
+        real device, runtime/framework events of a system profile); NaN when the profile has none."""
+        host = self.trace.host
+        if self.trace.meta.get("figures", {}).get("host_time") != "measured" or host is None or not len(host):
+            return float("nan")
+        start = host["start_ns"].to_numpy(np.int64)
+        end = start + host["dur_ns"].to_numpy(np.int64)
+        return float(int(end.max()) - int(start.min())) / self.steps
+
     def engine_utilization(self, bins: int = 100) -> pd.DataFrame:
-        at = getattr(self.device_run, "active_time", None)
-        if at is None or not len(at):
-            return super().engine_utilization(bins=bins)
+        """Busy fraction per engine per bin over the whole measured device time `[0, step time]` (Summary's
+        total_time includes idle start-up), from `ActiveTime` when present, else from the op rows."""
         from neuron_studio.profiler.analysis import utilization as _util
 
+        at = getattr(self.device_run, "active_time", None)
+        step = self.summary.step_time_ns
+        step = float(step) if np.isfinite(step) else 0.0
+        if at is None or not len(at):
+            ops = self.ops
+            hi = int(max(ops["device_end_ns"].max() if len(ops) else 0, step))
+            return _util.engine_utilization(ops, bins=bins, start_ns=0, end_ns=hi)
         frame = pd.DataFrame({"device_start_ns": at["start_ns"], "device_end_ns": at["end_ns"],
                               "engine": at["engine"], "core": at["core"]})
-        lo = int(min(frame["device_start_ns"].min(), self.ops["device_start_ns"].min() if len(self.ops) else 0))
-        hi = int(max(frame["device_end_ns"].max(), self.ops["device_end_ns"].max() if len(self.ops) else 0,
-                     self.summary.step_time_ns))  # the whole measured device time (Summary.total_time)
+        lo = int(min(0, frame["device_start_ns"].min(), self.ops["device_start_ns"].min() if len(self.ops) else 0))
+        hi = int(max(frame["device_end_ns"].max(), self.ops["device_end_ns"].max() if len(self.ops) else 0, step))
         return _util.engine_utilization(frame, bins=bins, cores=max(1, int(at["core"].nunique())), start_ns=lo,
                                         end_ns=hi)
 

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.neuron_profile.nki_kernels import kernels_per_op
 from neuron_studio.profiler.neuron_profile.tables import ExplorerTables
+from neuron_studio.profiler.neuron_profile.profiler_json import hlo_instruction_name
 from neuron_studio.profiler.neuron_profile.values import (
-    ENGINES, STUDIO_ENGINE, engine_of, intervals_len, num_col, numbers, span, split_path, str_col,
+    ENGINES, STUDIO_ENGINE, engine_of, int_col, intervals_len, nki_file, num_col, numbers, span, split_path, str_col,
 )
 
 __all__ = ["OpRows", "ops_from_instructions", "ops_from_framework_nodes"]
@@ -19,7 +21,8 @@ __all__ = ["OpRows", "ops_from_instructions", "ops_from_framework_nodes"]
 
 @dataclass
 class OpRows:
-    """One row per op, in the profile's own time base (not yet rebased or ordered)."""
+    """One row per op, in the profile's own time base (not yet rebased or ordered): `start` and `span_end` are
+    exact int64 ns (epoch ns stay exact), `active` the union of the op's instruction intervals in ns."""
 
     name: np.ndarray
     module: np.ndarray
@@ -34,60 +37,100 @@ class OpRows:
     hlo: np.ndarray
     keys: list                             # per op: the grouping key (for kernel attribution)
     kernels: dict = field(default_factory=dict)   # key -> list of kernel dicts
+    source: np.ndarray | None = None       # per op: framework source line (bir_debug_info_source_location)
+    wait_ns: np.ndarray | None = None      # per op: summed semaphore wait (evt_wait_time_ns)
 
 
-def ops_from_instructions(t: ExplorerTables) -> OpRows:
-    """Instructions grouped per framework op (else per HLO name): union of their intervals, busiest engine."""
-    ins = t.get("Instruction")
-    assert ins is not None
-    n = len(ins)
-    start = num_col(ins, "start_ts")
-    end = num_col(ins, "end_ts")
-    dur = num_col(ins, "duration_ns", np.nan) if "duration_ns" in ins.columns else end - start
-    dur = np.where(np.isnan(dur), end - start, dur)
-    if "end_ts" not in ins.columns:
+def _instruction_times(ins: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(start, end, duration) as exact int64 ns from start_ts plus end_ts and/or duration_ns."""
+    start = int_col(ins, "start_ts", "Instruction.start_ts")
+    end = int_col(ins, "end_ts", "Instruction.end_ts") if "end_ts" in ins.columns else None
+    dur = None
+    if "duration_ns" in ins.columns:
+        d = pd.to_numeric(ins["duration_ns"], errors="coerce")
+        if d.notna().all():
+            dur = int_col(ins, "duration_ns", "Instruction.duration_ns")
+        elif end is not None:
+            dur = np.where(d.isna().to_numpy(), end - start, d.fillna(0).to_numpy(np.int64))
+    if dur is None:
+        dur = end - start if end is not None else np.zeros(len(ins), dtype=np.int64)
+    if end is None:
         end = start + dur
-    engine = np.asarray([engine_of(v) for v in str_col(ins, "engine")], dtype=object)
-    fid = num_col(ins, "raw_framework_id", -1).astype(np.int64)
-    hlo = str_col(ins, "hlo_name")
-    layer = str_col(ins, "layer")
+    return start, end, dur
+
+
+def _names(t: ExplorerTables, ins: pd.DataFrame, fid: np.ndarray) -> tuple[list[str], list[str]]:
+    """Per instruction (op, module): the framework op (FrameworkInstruction name, else `layer`, both module
+    paths), else the HLO instruction name, else the NKI kernel file, else "(unattributed)"."""
     fnames: dict[int, str] = {}
     fi = t.get("FrameworkInstruction")
     if fi is not None and "raw_framework_id" in fi.columns and "framework_name" in fi.columns:
         for k, v in zip(num_col(fi, "raw_framework_id", -1).astype(np.int64), str_col(fi, "framework_name")):
             if v and int(k) not in fnames:
                 fnames[int(k)] = v
-    label = np.empty(n, dtype=object)
-    for i in range(n):
+    verbatim, layer = str_col(ins, "op_name"), str_col(ins, "layer")
+    hlo, nki = str_col(ins, "hlo_name"), str_col(ins, "nki_source_location")
+    names, modules = [], []
+    for i in range(len(ins)):
         f = int(fid[i])
-        label[i] = fnames.get(f) or hlo[i] or layer[i] or (f"framework_op[{f}]" if f >= 0 else "(unattributed)")
-    df = pd.DataFrame({"fid": fid, "label": label, "start": start, "end": end, "dur": dur, "engine": engine,
+        if verbatim[i]:
+            nm, mod = verbatim[i], ""
+        elif fnames.get(f) or layer[i]:
+            nm, mod = split_path(fnames.get(f) or layer[i])
+        elif hlo[i]:
+            nm, mod = hlo_instruction_name(hlo[i]), ""
+        elif nki_file(nki[i]) is not None:
+            nm, mod = Path(nki_file(nki[i])[0]).name, ""
+        else:
+            nm, mod = (f"framework_op[{f}]" if f >= 0 else "(unattributed)"), ""
+        names.append(nm)
+        modules.append(mod)
+    return names, modules
+
+
+def ops_from_instructions(t: ExplorerTables) -> OpRows:
+    """Instructions grouped per framework op (else per HLO name / NKI kernel): union of their intervals (exact
+    int ns), busiest engine, source line and semaphore wait."""
+    ins = t.get("Instruction")
+    assert ins is not None
+    start, end, dur = _instruction_times(ins)
+    base = int(start.min()) if len(start) else 0      # offsets from here are small: exact in float64
+    engine = np.asarray([engine_of(v) for v in str_col(ins, "engine")], dtype=object)
+    fid = num_col(ins, "raw_framework_id", -1).astype(np.int64)
+    names, modules = _names(t, ins, fid)
+    df = pd.DataFrame({"fid": fid, "name": names, "module": modules, "start": (start - base).astype(np.float64),
+                       "end": (end - base).astype(np.float64), "dur": dur.astype(np.float64), "engine": engine,
                        "flops": np.maximum(num_col(ins, "raw_flops") - num_col(ins, "flops_transpose"), 0.0),
-                       "rd": num_col(ins, "hbm_read_bytes"), "wr": num_col(ins, "hbm_write_bytes"), "hlo": hlo})
-    df["g"] = df.groupby(["fid", "label"], sort=False).ngroup()
+                       "rd": num_col(ins, "hbm_read_bytes"), "wr": num_col(ins, "hbm_write_bytes"),
+                       "hlo": [hlo_instruction_name(x) for x in str_col(ins, "hlo_name")],
+                       "src": str_col(ins, "bir_debug_info_source_location"),
+                       "wait": num_col(ins, "evt_wait_time_ns")})
+    df["g"] = df.groupby(["fid", "name", "module"], sort=False).ngroup()
     # exact union of each op's instruction intervals: sum of max(0, end - max(start, max end so far in the op))
     srt = df.sort_values(["g", "start"], kind="stable")
     prev = srt.groupby("g")["end"].cummax().groupby(srt["g"]).shift(1)
     srt_active = np.maximum(0.0, srt["end"] - np.maximum(srt["start"], prev.fillna(-np.inf)))
     agg = pd.DataFrame({"g": srt["g"], "a": srt_active}).groupby("g")["a"].sum()
     grp = df.groupby("g", sort=True)
-    first = grp.agg(label=("label", "first"), fid=("fid", "first"), start=("start", "min"), span_end=("end", "max"),
-                    flops=("flops", "sum"), rd=("rd", "sum"), wr=("wr", "sum"), count=("dur", "size"))
+    first = grp.agg(name=("name", "first"), module=("module", "first"), fid=("fid", "first"),
+                    start=("start", "min"), span_end=("end", "max"), flops=("flops", "sum"), rd=("rd", "sum"),
+                    wr=("wr", "sum"), count=("dur", "size"), wait=("wait", "sum"))
     first["hlo"] = grp["hlo"].agg(lambda s: next((x for x in s if x), ""))
+    first["src"] = grp["src"].agg(lambda s: next((x for x in s if x), ""))
     eng_time = df.pivot_table(index="g", columns="engine", values="dur", aggfunc="sum", fill_value=0.0)
     engine_g = eng_time.idxmax(axis=1).reindex(first.index).fillna("none")
-    names, modules = zip(*[split_path(x) for x in first["label"]]) if len(first) else ((), ())
-    keys = [(int(f), str(lbl)) for f, lbl in zip(first["fid"], first["label"])]
+    keys = [(int(f), str(nm), str(md)) for f, nm, md in zip(first["fid"], first["name"], first["module"])]
     ops = OpRows(
-        name=np.asarray(names, dtype=object), module=np.asarray(modules, dtype=object),
-        start=first["start"].to_numpy(np.float64), active=agg.reindex(first.index).to_numpy(np.float64),
-        span_end=first["span_end"].to_numpy(np.float64),
+        name=first["name"].to_numpy(object), module=first["module"].to_numpy(object),
+        start=first["start"].to_numpy(np.int64) + base, active=agg.reindex(first.index).to_numpy(np.float64),
+        span_end=first["span_end"].to_numpy(np.int64) + base,
         engine=np.asarray([STUDIO_ENGINE.get(e, "none") for e in engine_g], dtype=object),
         flops=first["flops"].to_numpy(np.float64), bytes_read=first["rd"].to_numpy(np.float64),
         bytes_written=first["wr"].to_numpy(np.float64), count=first["count"].to_numpy(np.int64),
-        hlo=first["hlo"].to_numpy(object), keys=keys,
+        hlo=first["hlo"].to_numpy(object), keys=keys, source=first["src"].to_numpy(object),
+        wait_ns=first["wait"].to_numpy(np.float64),
     )
-    ops.kernels = kernels_per_op(t, df["g"].to_numpy(), dur, keys)
+    ops.kernels = kernels_per_op(t, df["g"].to_numpy(), df["dur"].to_numpy(), keys)
     return ops
 
 
@@ -114,8 +157,8 @@ def ops_from_framework_nodes(t: ExplorerTables) -> OpRows:
         kids = str_col(fn, "children_names") if "children_names" in fn.columns else np.full(len(fn), "")
         leaf = np.asarray([not re.sub(r"[\[\]\s,]", "", k) for k in kids], dtype=bool)
     sel = np.flatnonzero(leaf)
-    start = num_col(fn, "start_ts")[sel]
-    end = num_col(fn, "end_ts")[sel] if "end_ts" in fn.columns else start
+    start = int_col(fn, "start_ts", "FrameworkNode.start_ts")[sel]
+    end = int_col(fn, "end_ts", "FrameworkNode.end_ts")[sel] if "end_ts" in fn.columns else start
     ti = str_col(fn, "time_intervals")[sel] if "time_intervals" in fn.columns else np.full(len(sel), "")
     active = np.asarray([(intervals_len(v) if v else None) for v in ti], dtype=object)
     active = np.asarray([a if a is not None else max(0.0, e - s) for a, s, e in zip(active, start, end)],

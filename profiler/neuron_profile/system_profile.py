@@ -1,5 +1,16 @@
-"""`system_profile.json` (`Neuron_Runtime_API_Event` / `Framework_Event` records): framework events become op rows
-(active time = their overlap with runtime exec events) and every event a host row."""
+"""System profiles: runtime and framework events as the Neuron tools write them, mapped onto Explorer tables.
+
+- `system_profile.json` (`neuron-profile view -d DIR --output-format json`, 2.x beta): `Neuron_Runtime_API_Event`
+  and `Framework_Event` records (one record or a list per key, or a list of `{kind: record}` objects), plus
+  `mem_usage` / `cpu_util` samples (not read).
+- the system trace (`neuron-explorer view -d DIR --output-format json`): `{"trace_event": [flat events]}` with
+  `name`, `timestamp`, `duration`, `model_name`, `nc_idx`, ...
+
+Only `nc_exec_running` is device execution; `nrt_execute`, `kbl_exec_*` and every other runtime call are host
+time. Device time is the union of the `nc_exec_running` windows; each window becomes an op row named after the
+innermost framework event enclosing its start (else its `model_name`). Every other event is a host row.
+Timestamps are epoch ns: they stay int64 and are rebased on the first event before any float math.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,80 +19,94 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.neuron_profile.profiler_json import int_field
 from neuron_studio.profiler.neuron_profile.tables import ExplorerTables
-from neuron_studio.profiler.neuron_profile.values import num_list, union_len
+from neuron_studio.profiler.timebase import rebase_ns
+from neuron_studio.profiler.trace import HOST_COLUMNS
 
-__all__ = ["system_events", "tables_from_system_profile", "SYSTEM_PROFILE_SOURCE"]
+__all__ = ["system_records", "tables_from_system_profile", "SYSTEM_PROFILE_SOURCE", "SYSTEM_TRACE_SOURCE",
+           "DEVICE_EXEC_EVENT"]
 
 SYSTEM_PROFILE_SOURCE = "system-profile-json"
+SYSTEM_TRACE_SOURCE = "system-trace-json"
+DEVICE_EXEC_EVENT = "nc_exec_running"
+_KINDS = ("Neuron_Runtime_API_Event", "Framework_Event")
 
 
-def system_events(doc: Any) -> dict[str, list[dict]] | None:
-    kinds = ("Neuron_Runtime_API_Event", "Framework_Event")
-    out: dict[str, list[dict]] = {k: [] for k in kinds}
+def system_records(doc: Any) -> tuple[str, str | None, list[dict]] | None:
+    """(source, where, events) of a system profile in any of its layouts; None when `doc` is not one. Events of
+    a system_profile.json carry their record kind in `_kind`."""
+    if isinstance(doc, dict) and isinstance(doc.get("trace_event"), list):
+        return SYSTEM_TRACE_SOURCE, "trace_event", [e for e in doc["trace_event"] if isinstance(e, dict)]
+    out: list[dict] = []
     seen = False
-    if isinstance(doc, dict):
-        for k in kinds:
-            v = doc.get(k)
+    for rec in [doc] if isinstance(doc, dict) else (doc if isinstance(doc, list) else []):
+        if not isinstance(rec, dict):
+            continue
+        for k in _KINDS:
+            v = rec.get(k)
             if v is None:
                 continue
             seen = True
-            out[k].extend([e for e in (v if isinstance(v, list) else [v]) if isinstance(e, dict)])
-    elif isinstance(doc, list):
-        for rec in doc:
-            if isinstance(rec, dict):
-                for k in kinds:
-                    if isinstance(rec.get(k), dict):
-                        seen = True
-                        out[k].append(rec[k])
-    return out if seen else None
+            out.extend(dict(e, _kind=k) for e in (v if isinstance(v, list) else [v]) if isinstance(e, dict))
+    return (SYSTEM_PROFILE_SOURCE, None, out) if seen else None
 
 
-def tables_from_system_profile(events: dict[str, list[dict]], p: Path) -> ExplorerTables:
-    rt, fw = events["Neuron_Runtime_API_Event"], events["Framework_Event"]
+def _int_or0(v: Any) -> int:
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return 0
 
-    def frame(evs: list[dict], what: str) -> pd.DataFrame:
-        ts = num_list([e.get("timestamp") for e in evs], f"{what}.timestamp", p)
-        dur = num_list([e.get("duration", 0) for e in evs], f"{what}.duration", p)
-        return pd.DataFrame({"name": [str(e.get("name") or "") for e in evs], "start": ts.astype(np.int64),
-                             "dur": dur.astype(np.int64), "group": [str(e.get("group") or "") for e in evs]})
 
-    r, f = frame(rt, "Neuron_Runtime_API_Event"), frame(fw, "Framework_Event")
-    execs = r[r["name"].str.contains("exec", case=False)] if len(r) else r
-    t0 = int(min([x for x in (r["start"].min() if len(r) else None, f["start"].min() if len(f) else None)
-                  if x is not None], default=0))
-    rows = []
-    ex_s = execs["start"].to_numpy(np.int64) if len(execs) else np.zeros(0, np.int64)
-    ex_e = ex_s + (execs["dur"].to_numpy(np.int64) if len(execs) else np.zeros(0, np.int64))
-    for ev in f.itertuples(index=False):
-        s, e = int(ev.start), int(ev.start + ev.dur)
-        if len(ex_s):
-            cs, ce = np.clip(ex_s, s, e), np.clip(ex_e, s, e)
-            active = union_len(cs[ce > cs], ce[ce > cs])
-        else:
-            active = e - s
-        rows.append({"framework_name": ev.name, "start_ts": s, "end_ts": e, "active_ns": active})
-    ops = pd.DataFrame(rows, columns=["framework_name", "start_ts", "end_ts", "active_ns"])
-    if len(ex_s):
-        total = (int(ex_e.max()) - int(ex_s.min())) * 1e-9
-    elif len(f):
-        total = float((f["start"] + f["dur"]).max() - f["start"].min()) * 1e-9
-    else:
-        total = 0.0
+def _union(s: list[int], e: list[int]) -> int:
+    total, end = 0, None
+    for a, b in sorted(zip(s, e)):
+        if end is None or a >= end:
+            total, end = total + b - a, b
+        elif b > end:
+            total, end = total + b - end, b
+    return total
+
+
+def tables_from_system_profile(source: str, where: str | None, evs: list[dict], p: Path) -> ExplorerTables:
+    loc = where or "event"
+    ts = int_field(evs, "timestamp", loc, p, source)
+    dur = int_field(evs, "duration", loc, p, source, default=0)
+    names = [str(e.get("name") or "") for e in evs]
+    rel, origin = rebase_ns(ts)
+    is_dev = np.asarray([n == DEVICE_EXEC_EVENT for n in names], dtype=bool)
+    fw = np.asarray([e.get("_kind") == "Framework_Event" or str(e.get("trace_event_source") or "") == "framework"
+                     for e in evs], dtype=bool)
+    hs = np.flatnonzero(~is_dev)
     host = pd.DataFrame({
-        "name": list(r["name"]) + list(f["name"]),
-        "category": ["neuron_rt"] * len(r) + ["framework"] * len(f),
-        "thread": np.zeros(len(r) + len(f), dtype=np.int64),
-        "start_ns": np.concatenate([r["start"].to_numpy(np.int64), f["start"].to_numpy(np.int64)]) - t0,
-        "dur_ns": np.concatenate([r["dur"].to_numpy(np.int64), f["dur"].to_numpy(np.int64)]),
-        "input_shapes": [None] * (len(r) + len(f)), "flops": np.zeros(len(r) + len(f)),
-        "stack": [None] * (len(r) + len(f)),
-    })
-    tables = {"Summary": pd.DataFrame({"total_time": [total]}), "_SystemOps": ops}
-    # registered under FrameworkNode's slot so `require_tables` accepts it; `measured_run` reads the marker source
-    tables["FrameworkNode"] = pd.DataFrame({"node_name": ops["framework_name"], "children_names": ["[]"] * len(ops),
-                                            "start_ts": ops["start_ts"], "end_ts": ops["end_ts"],
-                                            "time_intervals": [f"[[{a}, {a + d}]]" for a, d in
-                                                               zip(ops["start_ts"], ops["active_ns"])]})
-    return ExplorerTables(directory=p.parent, tables=tables, source=SYSTEM_PROFILE_SOURCE,
-                          files={"*": [p.name]}, host=host)
+        "name": [names[i] for i in hs], "category": ["framework" if fw[i] else "neuron_rt" for i in hs],
+        "thread": np.asarray([_int_or0(evs[i].get("thread_id")) for i in hs], dtype=np.int64),
+        "start_ns": rel[hs], "dur_ns": dur[hs], "input_shapes": [None] * len(hs), "flops": np.zeros(len(hs)),
+        "stack": [None] * len(hs),
+    })[list(HOST_COLUMNS)]
+    dev = np.flatnonzero(is_dev)
+    d_s, d_e = ts[dev].tolist(), (ts[dev] + dur[dev]).tolist()
+    frames = [(i, int(ts[i]), int(ts[i] + dur[i])) for i in np.flatnonzero(fw)]
+    rows = []
+    for j, (s, e) in enumerate(zip(d_s, d_e)):
+        owner = [f for f in frames if f[1] <= s < f[2]]
+        name = names[min(owner, key=lambda f: f[2] - f[1])[0]] if owner else \
+            str(evs[dev[j]].get("model_name") or DEVICE_EXEC_EVENT)
+        rows.append((s, e, e - s, name))
+    ins = pd.DataFrame({"start_ts": np.asarray([r[0] for r in rows], dtype=np.int64),
+                        "end_ts": np.asarray([r[1] for r in rows], dtype=np.int64),
+                        "duration_ns": np.asarray([r[2] for r in rows], dtype=np.int64),
+                        "engine": [""] * len(rows), "op_name": [r[3] for r in rows],
+                        "raw_framework_id": np.arange(len(rows), dtype=np.int64)})   # one op row per execution
+    not_captured = ["engine utilization", "MFU", "MBU"]        # a system profile has no engine or FLOP counters
+    notes = []
+    if not len(dev):
+        not_captured.insert(0, "device time")
+        notes.append(f"{p.name} has no {DEVICE_EXEC_EVENT} events, so no device time was captured (runtime calls "
+                     "such as nrt_execute are host time); capture with device profiling on")
+    return ExplorerTables(
+        directory=p.parent, tables={"Instruction": ins, "Metadata": pd.DataFrame([{"first_hw_timestamp": origin}])},
+        source=source, files={"*": [p.name]}, host=host, labels={"Instruction": where or DEVICE_EXEC_EVENT},
+        origin_ns=origin, device_time_ns=_union(d_s, d_e) if len(dev) else None, launches=int(len(dev)),
+        not_captured=not_captured, notes=notes)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -16,7 +15,7 @@ from neuron_studio.profiler.trace import TraceFormatError
 __all__ = [
     "ENGINES", "STUDIO_ENGINE", "ENGINE_ALIASES", "ENGINE_NOTE", "engine_of", "numbers", "span", "union_len",
     "intervals_len", "op_name", "split_path", "num_col", "str_col", "first_row", "number_in",
-    "chip_from_instance_type", "num_list",
+    "chip_from_instance_type", "int_col", "int_numbers", "nki_file",
 ]
 
 ENGINES = ("tensor", "vector", "scalar", "gpsimd", "sync")
@@ -30,7 +29,8 @@ ENGINE_ALIASES = {
     "sync": "sync", "sp": "sync", "syncengine": "sync",
     "dma": "dma", "qsyncio": "dma",
 }
-ENGINE_NOTE = "dma: Sync engine (SP) instructions and Summary.dma_active_time_percent (DMA queues active)"
+ENGINE_NOTE = ("dma: in the op rows and the ActiveTime timeline, Sync engine (SP) instructions (and the JSON dma rows); "
+               "in the summary, DMA queues active only (dma_active_time*), never the Sync engine (shown as sync)")
 
 
 def engine_of(v: Any) -> str:
@@ -76,12 +76,53 @@ def union_len(s: np.ndarray, e: np.ndarray) -> int:
     return int(np.maximum(0, e - np.maximum(s, prev)).sum())
 
 
+def int_numbers(v: Any) -> list[int]:
+    """The numbers inside a value as exact integers ("[[1729888371056597613, ...]]" stays exact: epoch ns do not
+    fit float64)."""
+    if isinstance(v, (int, np.integer)):
+        return [int(v)]
+    if isinstance(v, (list, tuple, np.ndarray)):
+        out: list[int] = []
+        for x in v:
+            out.extend(int_numbers(x))
+        return out
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return []
+    if isinstance(v, float):
+        return [round(v)]
+    return [int(x) if re.fullmatch(r"-?\d+", x) else round(float(x)) for x in _NUM.findall(str(v))]
+
+
 def intervals_len(v: Any) -> int | None:
-    xs = numbers(v)
+    """Union length of a `time_intervals` value ("[[s, e], ...]", epoch ns), in exact integers."""
+    xs = int_numbers(v)
     if len(xs) < 2:
         return None
-    a = np.asarray(xs[: len(xs) // 2 * 2], dtype=np.float64).reshape(-1, 2)
+    a = np.asarray(xs[: len(xs) // 2 * 2], dtype=np.int64).reshape(-1, 2)
     return union_len(a[:, 0], a[:, 1])
+
+
+def int_col(df: pd.DataFrame, name: str, what: str | None = None) -> np.ndarray:
+    """Column `name` as exact int64 (timestamps: an int64 column is taken as is, never through float64);
+    a missing value is a format error naming the table column and row."""
+    from neuron_studio.profiler.timebase import TimestampError, to_int_ns
+
+    col = df[name]
+    if col.dtype.kind in "iu":
+        return col.to_numpy(np.int64)
+    try:
+        return to_int_ns(col.astype(object).tolist(), what=what or name)
+    except TimestampError as e:
+        raise TraceFormatError(f"Neuron profile: {e}") from None
+
+
+_NKI_LOC = re.compile(r"([^'\"\[\],\s][^'\"\[\],]*?):(\d+)")
+
+
+def nki_file(loc: Any) -> tuple[str, int] | None:
+    """'kernels/rmsnorm.py:42' (or a list of such strings) -> ('kernels/rmsnorm.py', 42); None when absent."""
+    m = _NKI_LOC.search(str(loc or ""))
+    return (m.group(1).strip(), int(m.group(2))) if m else None
 
 
 def op_name(seg: str) -> str:
@@ -142,14 +183,3 @@ def chip_from_instance_type(instance_type: str | None) -> str | None:
     """'trn2.48xlarge' -> 'trn2', 'trn1n.32xlarge' -> 'trn1', 'trn3...' -> 'trn3'; None when not Trainium."""
     m = re.match(r"\s*trn(\d)", str(instance_type or "").lower())
     return f"trn{m.group(1)}" if m else None
-
-
-def num_list(vals: list, what: str, p: Path) -> np.ndarray:
-    """Legacy JSON values as floats; a non-numeric or non-finite one is a format error naming the field."""
-    try:
-        a = np.asarray([float(v) for v in vals], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise TraceFormatError(f"{str(p)!r}: {what} has a non-numeric value") from None
-    if len(a) and not np.all(np.isfinite(a)):
-        raise TraceFormatError(f"{str(p)!r}: {what} has a non-finite value")
-    return a
