@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from neuron_studio.profiler.timebase import seconds_to_ns
-from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+from neuron_studio.profiler.neuron_profile.values import ENGINES
 
 __all__ = ["PercentScale", "percent_scale", "Figure", "SummaryFigures", "summary_figures", "ChipChoice",
            "resolve_chip", "instance_family", "SUMMARY_ENGINES"]
 
 #: The engines the Summary has `<engine>_engine_active_time*` fields for: the compute engines and Sync (SP).
-SUMMARY_ENGINES = tuple(e for e in DEVICE_ENGINES if e != "dma") + ("sync",)
+SUMMARY_ENGINES = ENGINES
 _REL_TOL = 1e-2          # written values are rounded; a 100x scale error is far outside this
 
 
