@@ -26,7 +26,7 @@ class DeviceMemory:
 class MemoryTracker:
     devices: list[DeviceMemory] = field(default_factory=list)
     _storages: dict[tuple[int, int], list] = field(default_factory=dict)  # (device, data_ptr) -> [refs, nbytes]
-    _refs: dict = field(default_factory=dict)  # weakref to a wrapper -> its storage key
+    _refs: dict = field(default_factory=dict)  # id(weakref to a wrapper's data) -> (the weakref, its storage key)
 
     @classmethod
     def for_devices(cls, n: int) -> "MemoryTracker":
@@ -52,13 +52,16 @@ class MemoryTracker:
                 d.peak = d.allocated
         else:
             entry[0] += 1
-        # weakref on the CPU data, not the wrapper: torch.utils.swap_tensors refuses tensors with weakrefs
-        self._refs[weakref.ref(elem, self._release)] = key
+        # weakref on the CPU data, not the wrapper: torch.utils.swap_tensors refuses tensors with weakrefs.
+        # Keyed by the weakref's id: weakrefs compare by their referents, and tensors do not compare to a bool.
+        ref = weakref.ref(elem, self._release)
+        self._refs[id(ref)] = (ref, key)
 
     def _release(self, ref: weakref.ref) -> None:
-        key = self._refs.pop(ref, None)
-        if key is None:
+        item = self._refs.pop(id(ref), None)
+        if item is None:
             return
+        key = item[1]
         entry = self._storages.get(key)
         if entry is None:
             return

@@ -55,7 +55,13 @@ def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memor
 
 
 def _inner(t: torch.Tensor) -> torch.Tensor:
-    return t._elem if type(t) is NeuronTensor else t
+    if type(t) is NeuronTensor:
+        return t._elem
+    if t.device.type == "neuron":
+        # a plain tensor over a neuron storage (storage-level copies): alias the host memory behind it
+        host = tensor.host_storage(t.untyped_storage())
+        return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
+    return t
 
 
 def _copy_from(self, dst, non_blocking=False):  # noqa: ANN001, ANN202
@@ -155,6 +161,8 @@ def _fused_gru_cell_backward(grad_hy, workspace, has_bias):  # noqa: ANN001, ANN
 def _register_kernels() -> None:
     fallback = torch.library.Library("_", "IMPL")
     fallback.fallback(_factory_fallback, "PrivateUse1")
+    # quantized factories and copies (quantize_per_tensor(...).to("neuron")) dispatch to this key
+    fallback.fallback(tensor.raise_quantized_unsupported, "QuantizedPrivateUse1")
     _LIB.append(fallback)
     lib = torch.library.Library("aten", "IMPL")
     lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")

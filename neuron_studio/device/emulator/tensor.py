@@ -6,10 +6,12 @@ fast path (no subscriber) does only the unwrap/run/rewrap, to keep the per-op ov
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import sys
 import threading
 import time
+import weakref
 
 import torch
 from torch.utils.flop_counter import flop_registry
@@ -26,12 +28,14 @@ _CPU = torch.device("cpu")
 _STRIDED = torch.strided
 _Tensor = torch.Tensor
 _make_wrapper = torch.Tensor._make_wrapper_subclass
+_UntypedStorage = torch.UntypedStorage
 aten = torch.ops.aten
 
 # Ops that legitimately mix host and device tensors (copies between them).
 _COPY_OPS = frozenset(
     {
         aten.copy_.default,
+        aten.copy.default,  # a traced graph's functional form of copy_ (see _write_back)
         aten._to_copy.default,
         aten._copy_from.default,
         aten._copy_from_and_resize.default,
@@ -79,6 +83,8 @@ class NeuronTensor(torch.Tensor):
                 f"neuron: {elem.layout} tensors are not supported on the neuron device (TorchNeuron supports "
                 "dense strided tensors only); keep sparse tensors on the CPU"
             )
+        if elem.is_quantized:
+            raise_quantized_unsupported()
         r = _make_wrapper(
             cls,
             elem.size(),
@@ -143,12 +149,74 @@ class NeuronTensor(torch.Tensor):
     def data_ptr(self) -> int:
         return self._elem.data_ptr()
 
+    def __deepcopy__(self, memo: dict) -> "NeuronTensor":
+        # torch's default copies the storage, which on a neuron storage means device-side storage kernels
+        # the emulator does not have; clone the data instead (torch's path for wrapper subclasses)
+        if id(self) in memo:
+            return memo[id(self)]
+        if not self.is_leaf:
+            raise RuntimeError(
+                "Only Tensors created explicitly by the user (graph leaves) support the deepcopy protocol at the moment."
+            )
+        with torch.no_grad():
+            new = NeuronTensor(self._elem.clone(memory_format=torch.preserve_format), self._nidx)
+        new.requires_grad_(self.requires_grad)
+        if self.grad is not None:
+            new.grad = copy.deepcopy(self.grad, memo)
+        for key, value in self.__dict__.items():
+            if key not in ("_elem", "_nidx"):
+                setattr(new, key, copy.deepcopy(value, memo))
+        memo[id(self)] = new
+        return new
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The tensor's storage on the neuron device, addressing the CPU memory that holds its data.
+
+        The wrapper's own storage has no data (torch calls it an invalid python storage), so
+        `storage().data_ptr()` and `x.set_(x.storage(), ...)` need this one. It keeps the CPU storage
+        alive and is the same object for every view of that storage, as on other devices.
+        """
+        if type(self._elem) is not _Tensor:  # traced (fake) data: no memory behind it
+            return super().untyped_storage()
+        return device_storage(self._elem.untyped_storage(), self.device)
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN206
         bus = _bus
         if bus.active and not getattr(_state, "quiet", False) and not _tracing():
             return _dispatch_recorded(func, args, kwargs or {})
         return _dispatch(func, args, kwargs)
+
+
+def raise_quantized_unsupported(*_args: object, **_kwargs: object) -> None:
+    """Quantized tensors (torch.quint8/qint8/qint32) have no neuron kernels: say so, naming the way out."""
+    raise RuntimeError(
+        "neuron: quantized tensors (torch.quint8, torch.qint8, torch.qint32, torch.quint4x2) are not supported on "
+        "the emulated neuron device (it has no quantized kernels); keep them on the CPU, or dequantize() before "
+        "moving to neuron (for low precision on the device use torch.bfloat16 or the float8 dtypes)"
+    )
+
+
+def device_storage(host: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
+    """A neuron-device storage aliasing `host` (one per host storage, kept alive by its users)."""
+    cached = getattr(host, "_neuron_storage", None)
+    found = cached() if cached is not None else None
+    if found is None or found.data_ptr() != host.data_ptr() or found.nbytes() != host.nbytes():
+        found = torch._C._construct_storage_from_data_pointer(host.data_ptr(), device, host.nbytes())
+        found._neuron_host = host  # the device storage owns no memory: keep the host's alive
+        host._neuron_storage = weakref.ref(found)
+    return found
+
+
+def host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """The CPU storage behind a neuron storage from `device_storage` (for set_)."""
+    host = getattr(storage, "_neuron_host", None)
+    if host is None:
+        raise RuntimeError(
+            "neuron: this storage was not obtained from a neuron tensor (Tensor.untyped_storage()); the emulated "
+            "device can only re-use storages of existing neuron tensors"
+        )
+    return host
 
 
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
@@ -160,8 +228,13 @@ def _tracing() -> bool:
     return torch._C._get_dispatch_mode(_FAKE) is not None or torch._C._get_dispatch_mode(_PROXY) is not None
 
 
-def _unwrap(args: tuple) -> tuple[list, int, bool]:
-    """Unwrap NeuronTensors (also inside lists, for foreach ops). Returns args, device index, host seen."""
+def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
+    """Unwrap NeuronTensors (also inside lists, for foreach ops). Returns args, device index, host seen.
+
+    A traced tensor on the neuron device that is not a NeuronTensor (see below) is copied to the host
+    side; each (original, copy) pair is appended to `traced` so that writes into the copy can be carried
+    back (`_write_back`).
+    """
     out = []
     index = -1
     host = False
@@ -187,7 +260,7 @@ def _unwrap(args: tuple) -> tuple[list, int, bool]:
                     else:
                         if isinstance(x, _Tensor):
                             if x.device.type == DEVICE_TYPE:
-                                x = x.to(_CPU)
+                                x = _host_copy(x, traced)
                             elif x.dim() > 0:
                                 host = True
                         inner.append(x)
@@ -198,13 +271,62 @@ def _unwrap(args: tuple) -> tuple[list, int, bool]:
             # a tensor claiming the neuron device without being a NeuronTensor is a FakeTensor
             # created while torch.compile traces: it is on the device, not the host
             if a.device.type == DEVICE_TYPE:
-                a = a.to(_CPU)  # its data lives on the host side of the emulator, like every _elem
+                a = _host_copy(a, traced)  # its data lives on the host side of the emulator, like every _elem
             elif a.dim() > 0:
                 host = True
             out.append(a)
+        elif t is _UntypedStorage and a.device.type == DEVICE_TYPE:  # set_(storage, ...)
+            out.append(host_storage(a))
         else:
             out.append(a)
     return out, index, host
+
+
+def _host_copy(t: torch.Tensor, traced: list | None) -> torch.Tensor:
+    c = t.to(_CPU)
+    if traced is not None:
+        traced.append((t, c))
+    return c
+
+
+_WRITTEN: dict = {}  # op -> (positional indices, keyword names) of the arguments its schema writes to
+
+
+def _written_args(func) -> tuple[tuple[int, ...], tuple[str, ...]]:  # noqa: ANN001
+    found = _WRITTEN.get(func)
+    if found is None:
+        pos, names = [], []
+        for i, a in enumerate(func._schema.arguments):
+            if a.alias_info is not None and a.alias_info.is_write:
+                pos.append(i)
+                names.append(a.name)
+        found = _WRITTEN[func] = (tuple(pos), tuple(names))
+    return found
+
+
+def _write_back(func, traced: list, uargs: list, kw: dict) -> None:  # noqa: ANN001
+    """Carry an op's writes into host copies of traced neuron tensors back to the tensors themselves.
+
+    While torch.compile traces, a factory such as `torch.zeros(..., device="neuron")` gives a plain
+    fake tensor on the neuron device, not a NeuronTensor. An op mixing it with NeuronTensors reaches
+    `__torch_dispatch__`, which runs the op on a host copy of it; for an in-place or out= op the write
+    must land in the original, or the traced graph silently drops it (`out[:, 0] = x` left `out` zero).
+    """
+    positions, names = _written_args(func)
+    if not positions:
+        return
+    written = []
+    for i, name in zip(positions, names):
+        v = uargs[i] if i < len(uargs) else kw.get(name)
+        if isinstance(v, (list, tuple)):
+            written.extend(v)
+        elif v is not None:
+            written.append(v)
+    for orig, copy in traced:
+        if any(copy is w for w in written):
+            if orig.shape != copy.shape:
+                orig.resize_(copy.shape)
+            orig.copy_(copy)
 
 
 def _raise_mixed(first: str, second: str, func=None) -> None:  # noqa: ANN001
@@ -228,13 +350,14 @@ def _target_device(kwargs: dict) -> tuple[dict, int | None]:
 
 
 def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
-    uargs, index, host = _unwrap(args)
+    traced: list = []
+    uargs, index, host = _unwrap(args, traced)
     if kwargs:
         kwargs, target = _target_device(kwargs)
         # Tensors passed by keyword (out=, sorter=, weight=, ...) are unwrapped like positional ones.
         keys = [k for k, v in kwargs.items() if isinstance(v, (_Tensor, list, tuple))]
         if keys:
-            kvals, kindex, khost = _unwrap(tuple(kwargs[k] for k in keys))
+            kvals, kindex, khost = _unwrap(tuple(kwargs[k] for k in keys), traced)
             kwargs = dict(kwargs)
             kwargs.update(zip(keys, kvals))
             if kindex >= 0:
@@ -252,17 +375,17 @@ def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
             _raise_mixed(f"{DEVICE_TYPE}:{index}", "cpu", func.name())
     if target is None:
         target = index if index >= 0 else 0
-    return uargs, kwargs, target
+    return uargs, kwargs, target, traced
 
 
-def _rewrap(out, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
+def _rewrap(out, args, uargs, kwargs, target: int, traced: list | None = None):  # noqa: ANN001, ANN202
     """Wrap results on the target device; `kwargs` are the caller's (un-unwrapped) keyword arguments."""
     # isinstance, not `type is`: while torch.compile traces, the CPU results are FakeTensors
     if type(out) is _Tensor or (isinstance(out, _Tensor) and type(out) is not NeuronTensor):
-        return _wrap_one(out, args, uargs, kwargs, target)
+        return _wrap_one(out, args, uargs, kwargs, target, traced)
     if isinstance(out, (tuple, list)):
         res = [
-            _wrap_one(o, args, uargs, kwargs, target)
+            _wrap_one(o, args, uargs, kwargs, target, traced)
             if isinstance(o, _Tensor) and type(o) is not NeuronTensor else o
             for o in out
         ]
@@ -270,17 +393,26 @@ def _rewrap(out, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
     return out
 
 
-def _wrap_one(o: torch.Tensor, args, uargs, kwargs, target: int):  # noqa: ANN001, ANN202
+def _wrap_one(o: torch.Tensor, args, uargs, kwargs, target: int, traced: list | None = None):  # noqa: ANN001, ANN202
     # In-place ops and out= return the very tensor they were given: hand back the caller's object.
     for a, u in zip(args, uargs):
         if u is o:
             if type(a) is NeuronTensor:
                 _sync_metadata(a)
             return a
+    if traced:
+        for orig, copy in traced:
+            if copy is o:
+                return orig
     if kwargs:
-        outk = kwargs.get("out")
-        if outk is not None:
-            return _match_out(o, outk)
+        # out= and the other output arguments (max(..., out=(values, indices)) passes `max=`, `max_values=`)
+        for value in kwargs.values():
+            if isinstance(value, (_Tensor, list, tuple)):
+                found = _match_out(o, value)
+                if found is not o:
+                    return found
+        if "out" in kwargs:
+            return o
     if target < 0:
         return o
     return NeuronTensor(o, target)
@@ -310,12 +442,26 @@ def _sync_metadata(w: NeuronTensor) -> None:
 
 
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
-    uargs, kw, target = _prepare(func, args, kwargs)
+    uargs, kw, target, traced = _prepare(func, args, kwargs)
+    if traced:
+        return _dispatch_traced(func, args, kwargs, uargs, kw, target, traced)
     impl = SPECIAL_OPS.get(func, func)
     out = impl(*uargs, **kw) if kw else impl(*uargs)
     if target < 0 and func is aten._to_copy.default:
         return out
     return _rewrap(out, args, uargs, kwargs, target)
+
+
+def _dispatch_traced(func, args, kwargs, uargs, kw, target: int, traced: list):  # noqa: ANN001, ANN202
+    """An op on host copies of traced neuron tensors (torch.compile): run it, then carry its writes back."""
+    if func is aten.copy_.default and args[0] is traced[0][0]:
+        # `out[:, 0] = x`: copy straight into the traced tensor (copy_ crosses devices); the host copy
+        # made for it is never read, so tracing drops it from the graph
+        return args[0].copy_(uargs[1], *uargs[2:])
+    impl = SPECIAL_OPS.get(func, func)
+    out = impl(*uargs, **kw) if kw else impl(*uargs)
+    _write_back(func, traced, uargs, kw)
+    return _rewrap(out, args, uargs, kwargs, target, traced)
 
 
 # ------------------------------------------------------------------------------------------ recording
@@ -369,7 +515,9 @@ def _flops(func, uargs, kw, out) -> int:  # noqa: ANN001
 
 
 def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
-    uargs, kw, target = _prepare(func, args, kwargs)
+    uargs, kw, target, traced = _prepare(func, args, kwargs)
+    if traced:  # traced fake tensors: a trace, not an execution, so nothing to record
+        return _dispatch_traced(func, args, kwargs, uargs, kw, target, traced)
     impl = SPECIAL_OPS.get(func, func)
     t0 = time.perf_counter_ns()
     out = impl(*uargs, **kw) if kw else impl(*uargs)
