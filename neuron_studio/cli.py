@@ -366,7 +366,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     else:
         from neuron_studio.store import RunStore
 
-        store = RunStore(args.store, create=False)
+        store = RunStore(args.store, read_only=True)
         rec = store.get_run(int(target) if target.isdigit() else target)
         summary = rec.summary
         profiles = load_rank_profiles(store, rec)

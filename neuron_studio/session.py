@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from neuron_studio.store import RunRecord, RunStore
+from neuron_studio.store import RunRecord, RunStore, resolve_store_root
 
 __all__ = ["Session", "session", "save_profile", "load_stored_profile", "last", "DEVICE_OPS_COLUMNS"]
 
@@ -33,7 +33,7 @@ class Session:
     @property
     def store(self) -> RunStore:
         with self.lock:
-            root = self.store_root or Path(os.environ.get("NEURON_STUDIO_STORE") or Path.cwd() / ".neuron_studio")
+            root = self.store_root or resolve_store_root()
             if self._store is None or self._store.root != Path(root).expanduser().absolute():
                 self._store = RunStore(root)
             return self._store

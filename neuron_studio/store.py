@@ -11,6 +11,18 @@ timeout) instead of failing on a read->write upgrade. Trace files are written to
 same directory, fsynced and ``os.replace``d into place: a reader sees the old file or the new one, never
 half of one, even if the writer is killed.
 
+Readers never wait on writers: ``RunStore(root, read_only=True)`` (the Jupyter server, reports) opens
+SQLite read-only, takes no lock and never migrates or repairs; WAL lets it read the last committed state
+while a kernel is writing.
+
+Crashed writers: every run records the writing process (pid, its start time, host name and boot id).
+A run still ``running`` whose writer is provably gone (same host and boot, pid dead or reused, or the
+host rebooted) is reported ``interrupted``, and stored so when another process next opens the store for
+writing. A writer on another host cannot be judged, so its runs stay ``running``.
+
+Run ids are never reused (``AUTOINCREMENT``): deleting the newest run does not hand its id, and so its
+name in notebooks and reports, to the next run. Stores of schema 1 are migrated on first writable open.
+
 Strings are stored verbatim (bound parameters only; JSON for `options`/`summary`). Table names are
 validated against ``[A-Za-z0-9_-]+`` so no name can leave the run's trace directory.
 """
@@ -22,12 +34,14 @@ import json
 import os
 import re
 import shutil
+import socket
 import sqlite3
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from urllib.parse import quote
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
@@ -46,13 +60,14 @@ __all__ = [
     "InvalidTableName",
     "SchemaVersionError",
     "make_cell_key",
+    "resolve_store_root",
 ]
 
 DEFAULT_DIRNAME = ".neuron_studio"
 ENV_STORE = "NEURON_STUDIO_STORE"
 DB_FILENAME = "runs.sqlite"
 TRACES_DIRNAME = "traces"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: How long a writer waits for another process's transaction before giving up (SQLite busy timeout).
 BUSY_TIMEOUT_MS = 30_000
 RUN_STATUSES = ("ok", "error", "interrupted", "running")
@@ -67,7 +82,7 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS runs (
-    id           INTEGER PRIMARY KEY,
+    id           INTEGER PRIMARY KEY AUTOINCREMENT,
     name         TEXT,
     cell_key     TEXT NOT NULL,
     cell_source  TEXT NOT NULL,
@@ -85,7 +100,11 @@ CREATE TABLE IF NOT EXISTS runs (
     summary      TEXT,
     trace_dir    TEXT NOT NULL,
     ranks        INTEGER NOT NULL DEFAULT 1,
-    parent_run   INTEGER
+    parent_run   INTEGER,
+    writer_pid   INTEGER,
+    writer_start TEXT,
+    writer_host  TEXT,
+    writer_boot  TEXT
 );
 CREATE INDEX IF NOT EXISTS runs_cell_key ON runs (cell_key, id);
 CREATE INDEX IF NOT EXISTS runs_notebook ON runs (notebook, id);
@@ -96,6 +115,9 @@ _COLUMNS = (
     "id, name, cell_key, cell_source, notebook, options, mode, chip, backend, status, started_at, "
     "ended_at, wall_s, step_time_ns, mfu, summary, trace_dir, ranks, parent_run"
 )
+_WRITER_COLUMNS = ("writer_pid", "writer_start", "writer_host", "writer_boot")
+#: Schema 1 -> 2: the same rows in an AUTOINCREMENT table with the writer columns (NULL: writer unknown).
+_V1_COLUMNS = _COLUMNS
 
 
 class StoreError(Exception):
@@ -162,6 +184,69 @@ class RunRecord:
         return out
 
 
+def resolve_store_root(directory: str | os.PathLike[str] | None = None) -> Path:
+    """Where the run store of a notebook in `directory` (default: the working directory) lives.
+
+    ``$NEURON_STUDIO_STORE`` when set (a relative value is taken relative to `directory`, which is where
+    the notebook's kernel runs), else ``<directory>/.neuron_studio``. The one rule shared by the studio
+    (kernels, CLI) and the JupyterLab extension's server, so the panel shows the runs the kernel wrote.
+    """
+    base = Path(directory).expanduser() if directory is not None else Path.cwd()
+    env = os.environ.get(ENV_STORE)
+    root = Path(env).expanduser() if env else Path(DEFAULT_DIRNAME)
+    return (base / root).absolute() if not root.is_absolute() else root
+
+
+def _boot_id() -> str:
+    """This boot's id (Linux); '' where unknown, in which case a reboot cannot be detected."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux), telling a reused pid apart; None if
+    the process does not exist or it cannot be read; '' where /proc is unavailable."""
+    if not Path("/proc/self/stat").exists():
+        return ""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rpartition(")")[2].split()
+    if fields and fields[0] in ("Z", "X"):  # a zombie has finished running
+        return None
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _writer_identity() -> tuple[int, str, str, str]:
+    pid = os.getpid()
+    return pid, _process_start(pid) or "", socket.gethostname(), _boot_id()
+
+
+def _writer_gone(pid: int | None, start: str | None, host: str | None, boot: str | None) -> bool:
+    """True only when the writing process has provably stopped: on this host, either the host rebooted
+    since, or the pid is dead or now belongs to another process. Unknown or remote writers: False."""
+    if pid is None or not host or host != socket.gethostname():
+        return False
+    my_boot = _boot_id()
+    if boot and my_boot and boot != my_boot:
+        return True
+    if int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # exists, owned by someone else
+        pass
+    except OSError:
+        return False
+    now = _process_start(int(pid))
+    return now is None or bool(start and now and now != start)
+
+
 def _validate_table_name(name: str) -> str:
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
         raise InvalidTableName(f"invalid table name {name!r}: use only letters, digits, '_' and '-'")
@@ -185,21 +270,30 @@ def _fsync_dir(path: Path) -> None:
 class RunStore:
     """A directory holding runs (SQLite) and their traces (Parquet files).
 
-    `root` defaults to ``$NEURON_STUDIO_STORE`` or else ``./.neuron_studio`` (the notebook's working
-    directory). Instances are cheap: each operation opens its own short-lived connection, so a store
-    can be used from several threads and survives ``fork``.
+    `root` defaults to `resolve_store_root()` (``$NEURON_STUDIO_STORE`` or ``./.neuron_studio``).
+    Instances are cheap: each operation opens its own short-lived connection, so a store can be used
+    from several threads and survives ``fork``. `read_only=True` opens an existing store without taking
+    any lock or changing anything (writes then raise `StoreError`).
     """
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, *, create: bool = True) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str] | None = None, *, create: bool = True, read_only: bool = False
+    ) -> None:
         if root is None:
-            root = os.environ.get(ENV_STORE) or Path.cwd() / DEFAULT_DIRNAME
+            root = resolve_store_root()
         self.root = Path(root).expanduser().absolute()
         self.db_path = self.root / DB_FILENAME
-        if not create and not self.db_path.exists():
+        self.read_only = read_only
+        if (read_only or not create) and not self.db_path.exists():
             raise StoreError(f"no Neuron Studio run store at {self.root}")
+        if read_only:
+            self._columns = self._check_readable()
+            return
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / TRACES_DIRNAME).mkdir(exist_ok=True)
         self._init_schema()
+        self._columns = f"{_COLUMNS}, {', '.join(_WRITER_COLUMNS)}"
+        self._mark_interrupted()
 
     def __repr__(self) -> str:
         return f"RunStore({str(self.root)!r})"
@@ -207,6 +301,11 @@ class RunStore:
     # -- connections -----------------------------------------------------------------------------
 
     def _connect(self) -> sqlite3.Connection:
+        if self.read_only:
+            uri = f"file:{quote(str(self.db_path))}?mode=ro"
+            conn = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            return conn
         conn = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA synchronous = NORMAL")  # with WAL: durable against process crashes
@@ -224,6 +323,8 @@ class RunStore:
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         """One IMMEDIATE transaction: takes the write lock up front, so no read->write upgrade can fail."""
+        if self.read_only:
+            raise StoreError(f"the run store at {self.root} was opened read-only")
         conn = self._connect()
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -245,17 +346,60 @@ class RunStore:
         finally:
             conn.close()
         with self._write() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
+                raise SchemaVersionError(self._newer_schema_message(row[0]))
+            if row is not None and int(row[0]) == 1:
+                self._migrate_v1(conn)
             for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
                 conn.execute(stmt)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+
+    def _newer_schema_message(self, version: object) -> str:
+        return (f"{self.db_path} has schema version {version}; this Neuron Studio reads up to "
+                f"{SCHEMA_VERSION}. Upgrade neuron-studio or use another store directory.")
+
+    def _migrate_v1(self, conn: sqlite3.Connection) -> None:
+        """Schema 1 -> 2 inside the caller's write transaction: rows copied into an AUTOINCREMENT table
+        whose id sequence starts above every id in use or left behind in ``traces/``."""
+        conn.execute("ALTER TABLE runs RENAME TO runs_v1")
+        for index in ("runs_cell_key", "runs_notebook", "runs_name"):
+            conn.execute(f"DROP INDEX IF EXISTS {index}")
+        for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            conn.execute(stmt)
+        conn.execute(f"INSERT INTO runs ({_V1_COLUMNS}) SELECT {_V1_COLUMNS} FROM runs_v1")
+        conn.execute("DROP TABLE runs_v1")
+        traces = self.root / TRACES_DIRNAME
+        used = [int(p.name) for p in traces.iterdir() if p.name.isdigit()] if traces.is_dir() else []
+        top = max([int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM runs").fetchone()[0]), *used])
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'runs'")
+        conn.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('runs', ?)", (top,))
+
+    def _check_readable(self) -> str:
+        """Read-only open: the schema version must be known; returns the columns to select."""
+        with self._read() as conn:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            if row is None:
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"{self.db_path} has schema version {row[0]}; this Neuron Studio reads up to "
-                    f"{SCHEMA_VERSION}. Upgrade neuron-studio or use another store directory."
+            if row is not None and int(row[0]) > SCHEMA_VERSION:
+                raise SchemaVersionError(self._newer_schema_message(row[0]))
+            present = {r[1] for r in conn.execute("PRAGMA table_info(runs)").fetchall()}
+        writer = ", ".join(c if c in present else f"NULL AS {c}" for c in _WRITER_COLUMNS)
+        return f"{_COLUMNS}, {writer}"
+
+    def _mark_interrupted(self) -> None:
+        """Persist ``interrupted`` for runs whose writer has provably stopped (see the module docstring)."""
+        with self._read() as conn:
+            running = conn.execute(
+                f"SELECT id, {', '.join(_WRITER_COLUMNS)} FROM runs WHERE status = 'running'"
+            ).fetchall()
+        gone = [r[0] for r in running if _writer_gone(*r[1:])]
+        if gone:
+            with self._write() as conn:
+                conn.executemany(
+                    "UPDATE runs SET status = 'interrupted' WHERE id = ? AND status = 'running'",
+                    [(i,) for i in gone],
                 )
 
     @property
@@ -288,10 +432,10 @@ class RunStore:
             ).fetchone()[0]
             cur = conn.execute(
                 "INSERT INTO runs (name, cell_key, cell_source, notebook, options, mode, chip, backend, "
-                "status, started_at, trace_dir, ranks, parent_run) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?)",
+                "status, started_at, trace_dir, ranks, parent_run, writer_pid, writer_start, writer_host, "
+                "writer_boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?, ?, ?, ?, ?)",
                 (name, cell_key, cell_source, notebook, options_json, mode, chip, backend, time.time(),
-                 int(ranks), prev),
+                 int(ranks), prev, *_writer_identity()),
             )
             run_id = int(cur.lastrowid)
             conn.execute(
@@ -335,10 +479,10 @@ class RunStore:
             if isinstance(key, bool):
                 raise TypeError("run id must be an int or a name")
             if isinstance(key, int) or (isinstance(key, str) and key.isdigit() and key.isascii()):
-                row = conn.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (int(key),)).fetchone()
+                row = conn.execute(f"SELECT {self._columns} FROM runs WHERE id = ?", (int(key),)).fetchone()
             if row is None and isinstance(key, str):
                 row = conn.execute(
-                    f"SELECT {_COLUMNS} FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1", (key,)
+                    f"SELECT {self._columns} FROM runs WHERE name = ? ORDER BY id DESC LIMIT 1", (key,)
                 ).fetchone()
             if row is None:
                 raise RunNotFound(self._not_found_message(conn, key))
@@ -346,7 +490,7 @@ class RunStore:
 
     def list_runs(self, notebook: str | None = None, limit: int | None = None) -> list[RunRecord]:
         """Runs, most recent first; only those of `notebook` when given."""
-        sql = f"SELECT {_COLUMNS} FROM runs"
+        sql = f"SELECT {self._columns} FROM runs"
         params: list[Any] = []
         if notebook is not None:
             sql += " WHERE notebook = ?"
@@ -363,7 +507,7 @@ class RunStore:
         run = self.get_run(int(run_id))
         with self._read() as conn:
             row = conn.execute(
-                f"SELECT {_COLUMNS} FROM runs WHERE cell_key = ? AND id < ? ORDER BY id DESC LIMIT 1",
+                f"SELECT {self._columns} FROM runs WHERE cell_key = ? AND id < ? ORDER BY id DESC LIMIT 1",
                 (run.cell_key, run.id),
             ).fetchone()
         return None if row is None else self._record(row)
@@ -453,7 +597,9 @@ class RunStore:
 
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         (id_, name, cell_key, cell_source, notebook, options, mode, chip, backend, status, started_at,
-         ended_at, wall_s, step_time_ns, mfu, summary, trace_dir, ranks, parent_run) = row
+         ended_at, wall_s, step_time_ns, mfu, summary, trace_dir, ranks, parent_run, *writer) = row
+        if status == "running" and _writer_gone(*writer):
+            status = "interrupted"  # what a writable open would store; read-only opens only report it
         return RunRecord(
             id=int(id_),
             name=name,
