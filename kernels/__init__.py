@@ -10,7 +10,8 @@ from __future__ import annotations
 from .cost import KernelTiming, LineTiming, kernel_time, roofline_ns
 from .execute import run
 from .flash_attention import flash_attention_kernel, reference_flash_attention
-from .interpreter import Instruction, JitKernel, KernelTrace, NkiError, NkiRuleError, NkiUsageError
+from .interpreter import (Instruction, JitKernel, KernelTrace, NkiError, NkiRuleError, NkiUsageError,
+                          collect_traces)
 from .layernorm import layernorm_kernel, reference_layernorm
 from .matmul import matmul_kernel, reference_matmul
 from .nki_api import BACKEND
@@ -23,7 +24,7 @@ from .swiglu_mlp import reference_swiglu_mlp, swiglu_mlp_kernel
 from .user_kernels import kernel_source, load_kernel
 
 __all__ = [
-    "run", "use", "load_kernel", "kernel_source", "SwapHandle", "SwapError", "lookup", "lookup_module",
+    "run", "use", "load_kernel", "kernel_source", "collect_traces", "SwapHandle", "SwapError", "lookup", "lookup_module",
     "get_registry", "KernelMatch", "KernelTrace", "Instruction",
     "NkiError", "NkiRuleError", "NkiUsageError", "kernel_time", "KernelTiming", "LineTiming", "roofline_ns",
     "BACKEND", "KERNELS",

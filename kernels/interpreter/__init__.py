@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from . import isa, language, nki, nki_imports
 from .errors import NkiError, NkiRuleError, NkiUsageError
-from .jit import GridLaunch, JitKernel, default_chip, jit, simulate
+from .jit import GridLaunch, JitKernel, collect_traces, default_chip, jit, simulate
 from .trace import ENGINES, Instruction, KernelTrace
 
 __all__ = ["nki", "nki_imports", "language", "isa", "jit", "simulate", "JitKernel", "GridLaunch", "KernelTrace",
-           "Instruction", "ENGINES", "NkiError", "NkiRuleError", "NkiUsageError", "default_chip"]
+           "Instruction", "ENGINES", "NkiError", "NkiRuleError", "NkiUsageError", "default_chip", "collect_traces"]

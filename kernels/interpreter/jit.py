@@ -4,10 +4,12 @@ array kind. Entry points as NKI documents them: `kernel(*args)`, `kernel[grid](*
 `nki.simulate_kernel(kernel, *args)`, `nki.baremetal(kernel)(*args)`."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import inspect
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -20,13 +22,28 @@ from .tensor import NkiTensor, describe, wrap_input
 from .trace import KernelTrace
 
 __all__ = ["jit", "simulate", "simulate_kernel", "baremetal", "JitKernel", "GridLaunch", "default_chip",
-           "NkiOptionWarning"]
+           "NkiOptionWarning", "collect_traces"]
 
 _TORCH_TO_NKI = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torch.float16": "float16",
                  "torch.int32": "int32", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
                  "torch.int16": "int16"}
 # `mode=` values that run the kernel (here: on the interpreter); benchmark/profile need a device.
 _RUN_MODES = {None, "auto", "simulation", "baremetal", "torchxla", "jax", "numpy", "pytorch"}
+
+
+_sink: contextvars.ContextVar["list[KernelTrace] | None"] = contextvars.ContextVar("nki_trace_sink", default=None)
+
+
+@contextlib.contextmanager
+def collect_traces() -> Iterator[list[KernelTrace]]:
+    """`with collect_traces() as traces:` collects the trace of every kernel call inside the block, including
+    calls made by host code (a tutorial's `nki_tensor_add(a, b)` launching `kernel[grid]`)."""
+    traces: list[KernelTrace] = []
+    token = _sink.set(traces)
+    try:
+        yield traces
+    finally:
+        _sink.reset(token)
 
 
 class NkiOptionWarning(UserWarning):
@@ -139,6 +156,9 @@ class JitKernel:
                 out = self.func(*bound.args, **bound.kwargs)
             _check_written(out)
         trace = state.finish()
+        sink = _sink.get()
+        if sink is not None:
+            sink.append(trace)
         return _from_hbm(out, as_torch), trace
 
 

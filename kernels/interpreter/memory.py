@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class AllocRecord:
     last_blocks: np.ndarray | None = None
     first_access: int = -1
     last_access: int = -1
+    owner_ref: Any = None  # weakref to the tile's owner; its callback records the death tick
 
     def __post_init__(self) -> None:
         if self.nblocks > 1:
