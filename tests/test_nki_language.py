@@ -368,3 +368,27 @@ def test_a_real_neuron_installation_is_never_shadowed(tmp_path):
         print(status["neuronxcc"], getattr(nki, "REAL", False), standalone.jit.__module__)
     """, extra_path=str(tmp_path))
     assert out == "real True neuron_studio.kernels.interpreter.jit"
+
+
+def test_collect_traces_sees_launches_made_by_host_code():
+    def host_caller(a, b):  # like the tutorials' nki_tensor_add: host code choosing the grid
+        return add_rows[a.shape[0] // 128](a, b)
+
+    a = np.ones((384, 8), np.float32)
+    with K.collect_traces() as traces:
+        out = host_caller(a, a)
+    assert len(traces) == 1 and traces[0].count(opcode="dma_copy") == 3 * 3
+    np.testing.assert_array_equal(out, 2 * a)
+
+
+@nki.jit
+def more_activations(x):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    t = nl.load(x)
+    nl.store(out, value=nl.add(nl.softplus(t), nl.sign(nl.sin(t))))
+    return out
+
+
+def test_documented_activations_compute_their_functions():
+    x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
+    np.testing.assert_allclose(more_activations(x), np.log1p(np.exp(x)) + np.sign(np.sin(x)), rtol=1e-5, atol=1e-6)

@@ -50,6 +50,18 @@ UNARY = {op.name: op for op in [
     Op("reciprocal", lambda x: 1.0 / x, 1),
     Op("negative", np.negative, 1),
     Op("copy", lambda x: np.array(x, copy=True), 1, flops_per_element=0),
+    Op("gelu_apprx_tanh", _gelu, 1),
+    Op("sin", np.sin, 1),
+    Op("cos", np.cos, 1),
+    Op("tan", np.tan, 1),
+    Op("arctan", np.arctan, 1),
+    Op("floor", np.floor, 1),
+    Op("ceil", np.ceil, 1),
+    Op("trunc", np.trunc, 1),
+    Op("sign", np.sign, 1),
+    Op("softplus", lambda x: np.logaddexp(0.0, x), 1),
+    Op("mish", lambda x: x * np.tanh(np.logaddexp(0.0, x)), 1),
+    Op("logical_not", lambda x: np.logical_not(x).astype(np.float32), 1),
 ]}
 
 BINARY = {op.name: op for op in [
@@ -66,4 +78,7 @@ BINARY = {op.name: op for op in [
     Op("greater_equal", lambda a, b: np.greater_equal(a, b).astype(np.float32), 2),
     Op("less", lambda a, b: np.less(a, b).astype(np.float32), 2),
     Op("less_equal", lambda a, b: np.less_equal(a, b).astype(np.float32), 2),
+    Op("logical_and", lambda a, b: np.logical_and(a, b).astype(np.float32), 2),
+    Op("logical_or", lambda a, b: np.logical_or(a, b).astype(np.float32), 2),
+    Op("logical_xor", lambda a, b: np.logical_xor(a, b).astype(np.float32), 2),
 ]}
