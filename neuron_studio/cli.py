@@ -14,7 +14,6 @@ summary (rank 0's profile plus the multi-rank analysis), prints it and writes a 
 from __future__ import annotations
 
 import argparse
-import html
 import json
 import os
 import shlex
@@ -333,21 +332,15 @@ def _ranks_summary(profiles: dict[int, Any]) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- report
-_DOC = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{title}</title></head>"
-        "<body>{body}</body></html>")
-
-
-def _cell(v: Any) -> str:
-    return html.escape("" if v is None else str(v), quote=True)
-
-
 def report_html(summary: dict) -> str:
     """A standalone HTML document: the notebook's profile view plus, for multi-rank runs, the rank section."""
-    from neuron_studio.ui.html import render_html
+    from markupsafe import Markup
 
-    title = f"Neuron Studio report · run {summary.get('run_id')}"
-    body = render_html(summary)
-    return _DOC.format(title=html.escape(title), body=body)
+    from neuron_studio.ui.html import render_html
+    from neuron_studio.ui.templating import render_template
+
+    return render_template("report.html", title=f"Neuron Studio report · run {summary.get('run_id')}",
+                           body=Markup(render_html(summary)))   # already escaped by its own templates
 
 
 def _write_report(out: Path, store: Any, run_id: int, summary: dict) -> None:
@@ -401,7 +394,7 @@ def _summary_of_trace(path: Path) -> dict:
 # ------------------------------------------------------------------------------------------------ runs
 def cmd_runs(args: argparse.Namespace) -> int:
     from neuron_studio.store import RunStore
-    from neuron_studio.ui.html import fmt_ns
+    from neuron_studio.ui.formatting import fmt_ns
 
     store = RunStore(args.store)
     recs = store.list_runs(limit=args.limit)

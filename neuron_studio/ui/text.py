@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_studio.ui.html import fmt_ns, fmt_pct
+from neuron_studio.ui.formatting import fmt_ns, fmt_pct
 
 __all__ = ["render_text", "render_ranks_text"]
 

@@ -4,13 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from neuron_studio.ui.html import CSS, escape, fmt_ns
+from neuron_studio.ui.formatting import fmt_ns
+from neuron_studio.ui.templating import render_template
 
 __all__ = ["DeviceView", "CompareView", "CheckView"]
-
-
-def _wrap(body: str) -> str:
-    return f"<div class='nstu'><style>{CSS}</style>{body}</div>"
 
 
 @dataclass
@@ -26,7 +23,7 @@ class DeviceView:
         return text
 
     def _repr_html_(self) -> str:
-        return _wrap("<pre>" + escape(repr(self)) + "</pre>")
+        return render_template("views/device.html", text=repr(self))
 
 
 @dataclass
@@ -45,19 +42,9 @@ class CompareView:
 
     def _repr_html_(self) -> str:
         d = self.diff
-        rows = "".join(
-            f"<tr><td>{escape(r.key)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
-            f"<td class='n'>{fmt_ns(r.delta_ns)}</td><td>{escape(r.status)}</td></tr>"
-            for r in d.ops.head(25).itertuples(index=False))
-        eng = "".join(
-            f"<tr><td>{escape(r.engine)}</td><td class='n'>{fmt_ns(r.before_ns)}</td><td class='n'>{fmt_ns(r.after_ns)}</td>"
-            f"<td class='n'>{fmt_ns(r.delta_ns)}</td><td></td></tr>" for r in d.engines.itertuples(index=False))
-        head = "<tr><th>op</th><th>before</th><th>after</th><th>delta</th><th></th></tr>"
-        return _wrap(
-            f"<div class='tt'>Run {escape(self.run_b)} vs run {escape(self.run_a)} (per step, modeled)</div>"
-            f"<p>step time {fmt_ns(d.step_time_before_ns)} → {fmt_ns(d.step_time_after_ns)} "
-            f"(<b>{d.step_time_change_pct:+.1f}%</b>)</p>"
-            f"<table>{head}{rows}</table><b>Engines</b><table>{head.replace('op', 'engine', 1)}{eng}</table>")
+        return render_template("views/compare.html", d=d, run_a=self.run_a, run_b=self.run_b,
+                               ops=list(d.ops.head(25).itertuples(index=False)),
+                               engines=list(d.engines.itertuples(index=False)))
 
 
 _ICON = {"error": "✗", "warning": "!", "info": "i", "ok": "✓"}
@@ -79,12 +66,4 @@ class CheckView:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
-        r = self.report
-        rows = []
-        for it in r.items:
-            det = "".join(f"<li>{escape(d)}</li>" for d in it.details[:8])
-            rows.append(f"<tr><td>{_ICON.get(it.severity, '?')} {escape(it.severity)}</td><td>{escape(it.topic)}</td>"
-                        f"<td>{escape(it.message)}{f'<ul>{det}</ul>' if det else ''}"
-                        f"{f'<div class=muted>fix: {escape(it.fix)}</div>' if it.fix else ''}</td></tr>")
-        return _wrap(f"<div class='tt'>Porting check · run {escape(r.run_id)} · {escape(r.mode)} on {escape(r.chip)} "
-                     f"<span class='tag mod'>modeled</span></div><table>{''.join(rows)}</table>")
+        return render_template("views/check.html", r=self.report, icons=_ICON)

@@ -1,0 +1,79 @@
+"""How the renderers print figures: nanoseconds, shares, dollars, counts, source locations.
+
+Each formatter returns plain text (the HTML templates escape it). A value that is not a number where a
+number belongs (a corrupt or hand-edited stored summary) is shown as it is, never as a made-up figure.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["fmt_ns", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
+
+
+def as_number(v: Any) -> float | None:
+    """`v` as a finite float, or None when it is missing or not a number (bools are not numbers here)."""
+    if v is None or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _shown(v: Any) -> str:
+    return "–" if v is None else str(v)
+
+
+def fmt_ns(ns: Any) -> str:
+    """A duration given in nanoseconds, in the largest unit that keeps it >= 1 (3 significant digits)."""
+    f = as_number(ns)
+    if f is None:
+        return _shown(ns)
+    for unit, div in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
+        if abs(f) >= div:
+            return f"{f / div:.3g} {unit}"
+    return f"{f:.0f} ns"
+
+
+def fmt_pct(v: Any, missing: str = "–") -> str:
+    """A 0..1 fraction as a percentage with one decimal (`missing` when None)."""
+    if v is None:
+        return missing
+    f = as_number(v)
+    return str(v) if f is None else f"{f * 100:.1f}%"
+
+
+def fmt_signed_pct(v: Any) -> str:
+    """A change already in percent, with its sign."""
+    f = as_number(v)
+    return _shown(v) if f is None else f"{f:+.1f}%"
+
+
+def fmt_usd(v: Any) -> str:
+    f = as_number(v)
+    return _shown(v) if f is None else f"${f:.4g}"
+
+
+def fmt_sci(v: Any) -> str:
+    """A count of FLOPs or bytes, 3 significant digits; missing is 0 (as the summary's sums are)."""
+    if v is None:
+        return "0"
+    f = as_number(v)
+    return str(v) if f is None else f"{f:.3g}"
+
+
+def fmt_source(src: Any) -> str:
+    """`cell-<n>:<line>` as `cell [n] line L`; a file path as its file name."""
+    if not src:
+        return ""
+    s = str(src)
+    if s.startswith("cell-"):
+        cell, _, line = s[len("cell-"):].partition(":")
+        return f"cell [{cell}] line {line}"
+    return s.rsplit("/", 1)[-1]
+
+
+def basename(path: Any) -> str:
+    return "" if path is None else str(path).rsplit("/", 1)[-1]
