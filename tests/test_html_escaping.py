@@ -32,12 +32,12 @@ ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
 
 @pytest.fixture(scope="module")
 def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing import globalipapp
 
     from neuron_studio.cli import _ranks_summary
     from neuron_studio.session import session
 
-    shell = start_ipython()
+    shell = globalipapp.get_ipython()   # the one test shell, shared with other modules
     session().use_store(tmp_path_factory.mktemp("store"))
     try:
         shell.run_line_magic("load_ext", "neuron_studio")
@@ -137,7 +137,7 @@ def test_report_of_a_stored_summary_escapes_it(summary: dict, tmp_path: Path) ->
 
 
 def test_line_magic_views_escape_every_field() -> None:
-    from profiler.analysis.porting_report import CheckItem, PortingReport
+    from neuron_studio.profiler.analysis.porting_report import CheckItem, PortingReport
     from neuron_studio.ui.views import CheckView, CompareView, DeviceView
 
     item = CheckItem(HOSTILE, HOSTILE, HOSTILE, HOSTILE, [HOSTILE, HOSTILE])

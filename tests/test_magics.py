@@ -6,7 +6,7 @@ import json
 import pytest
 
 torch = pytest.importorskip("torch")
-from IPython.testing.globalipapp import start_ipython  # noqa: E402
+from IPython.testing import globalipapp  # noqa: E402
 
 import neuron_studio  # noqa: E402
 from neuron_studio.session import session  # noqa: E402
@@ -16,7 +16,7 @@ from neuron_studio.ui.html import render_html  # noqa: E402
 
 @pytest.fixture(scope="module")
 def ip(tmp_path_factory):
-    shell = start_ipython()
+    shell = globalipapp.get_ipython()   # the one test shell, shared with other modules
     store_dir = tmp_path_factory.mktemp("store")
     session().use_store(store_dir)
     shell.run_line_magic("load_ext", "neuron_studio")
