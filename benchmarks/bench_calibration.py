@@ -1,0 +1,272 @@
+"""Calibrate the NeuronCore model: reproduce every published measurement in profiler/model/calibration.json.
+
+For each row: `kernel:*` runs a studio-written port of the published loop nest (benchmarks/calibration_kernels.py)
+on the NKI interpreter and times the trace with `kernels.kernel_time`; `op:*` and `collective:*` model the
+equivalent aten/c10d op with `profiler.model.model_run`; `step:bert_large_ph1` captures a BERT-Large training
+step on the emulated device and models it. Prints modeled / measured per row and the geometric-mean error
+(exp of the mean |log ratio|) over the rows in the fit.
+
+    python benchmarks/bench_calibration.py [--rows ID ...] [--no-step]
+
+Kernel rows run at the published shapes with the Tensor Engine's numerics skipped (the interpreter's numpy
+matmuls would take minutes); before that, each port is run at a small shape with and without numerics and the
+two instruction traces must be identical, so the timing-only trace is the trace of the real run.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+os.environ.setdefault("NEURON_STUDIO_NKI", "interpreter")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import torch  # noqa: E402
+
+import calibration_kernels as ck  # noqa: E402
+from neuron_studio.device.events import OpEvent  # noqa: E402
+from neuron_studio.kernels import kernel_time  # noqa: E402
+from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
+from neuron_studio.profiler.model import model_run  # noqa: E402
+from neuron_studio.profiler.model.calibration import CalibrationRow, geomean_error, load_calibration  # noqa: E402
+
+
+# -- kernels ----------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def tensor_engine_numerics_skipped() -> Iterator[None]:
+    """nc_matmul records its instruction exactly as the interpreter does but skips the numpy product."""
+    original = _isa.nc_matmul
+
+    def nc_matmul(dst: Any, stationary: Any, moving: Any, **_: Any) -> None:
+        k, m = stationary.shape
+        _, n = moving.shape
+        dt = "float32" if "float32" in (stationary.dtype, moving.dtype) else moving.dtype
+        _isa.record("tensor", "nc_matmul", (dst, stationary, moving), dt, k * n, 2 * k * m * n, cycles_hint=n)
+
+    _isa.nc_matmul = nc_matmul
+    try:
+        yield
+    finally:
+        _isa.nc_matmul = original
+
+
+def _signature(trace: Any) -> list[tuple]:
+    return [(i.engine, i.opcode, i.shapes, i.dtype, i.elements, i.flops, i.bytes, i.cycles_hint) for i in trace]
+
+
+def _check_timing_only(kernel: Any, args: tuple, kwargs: dict) -> None:
+    _, full = kernel.run(*args, chip="trn1", **kwargs)
+    with tensor_engine_numerics_skipped():
+        _, fast = kernel.run(*args, chip="trn1", **kwargs)
+    if _signature(full) != _signature(fast):
+        raise RuntimeError(f"{kernel.__name__}: the timing-only trace differs from the real one")
+
+
+def _matmul_inputs(k: int, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return (torch.randn(k, m, generator=g).to(torch.bfloat16), torch.randn(k, n, generator=g).to(torch.bfloat16))
+
+
+def model_kernel(row: CalibrationRow) -> float:
+    name = row.reproduce.split(":", 1)[1]
+    cfg = row.config
+    if name in ck.MATMUL_KERNELS:
+        kernel = ck.MATMUL_KERNELS[name]
+        small = {"tiles_m": 2, "tiles_n": 1, "tiles_k": 2} if name == "matmul_fully_optimized" else {}
+        _check_timing_only(kernel, _matmul_inputs(512, 512, 1024), small)
+        lhsT, rhs = _matmul_inputs(cfg["K"], cfg["M"], cfg["N"])
+        with tensor_engine_numerics_skipped():
+            _, trace = kernel.run(lhsT, rhs, chip=row.chip)
+    elif name in ck.LAYERNORM_KERNELS:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(cfg["rows"], cfg["cols"], generator=g)
+        _, trace = ck.LAYERNORM_KERNELS[name].run(x, torch.randn(cfg["cols"], generator=g),
+                                                  torch.randn(cfg["cols"], generator=g), chip=row.chip)
+    else:
+        raise KeyError(f"no kernel port named {name!r}")
+    return kernel_time(trace, row.chip).total_ns / 1e3
+
+
+# -- single ops and collectives -------------------------------------------------------------------------
+def _one_op(name: str, ins: list[tuple[int, ...]], in_dt: list[str], outs: list[tuple[int, ...]],
+            out_dt: list[str], **extra: Any) -> list[OpEvent]:
+    return [OpEvent(seq=1, name=name, overload="default", start_ns=0, end_ns=1, thread=0, device_index=0,
+                    input_shapes=tuple(ins), input_dtypes=tuple(in_dt), output_shapes=tuple(outs),
+                    output_dtypes=tuple(out_dt), **extra)]
+
+
+def model_op(row: CalibrationRow) -> float:
+    cfg = row.config
+    if row.reproduce == "op:mm":
+        ev = _one_op("aten::mm", [(cfg["M"], cfg["K"]), (cfg["K"], cfg["N"])], [cfg["dtype"]] * 2,
+                     [(cfg["M"], cfg["N"])], [cfg["dtype"]])
+        run = model_run(ev, chip=row.chip, mode="eager")
+        return float(run.ops["duration_ns"][0]) / 1e3
+    raise KeyError(f"no op reproduction named {row.reproduce!r}")
+
+
+_C10D = {"all_reduce": "c10d::allreduce_", "all_gather": "c10d::allgather_", "reduce_scatter": "c10d::reduce_scatter_"}
+
+
+def model_collective(row: CalibrationRow) -> float:
+    cfg = row.config
+    n = cfg["bytes"] // 4
+    ev = _one_op(_C10D[cfg["op"]], [(n,)], [cfg["dtype"]], [(n,)], [cfg["dtype"]], transfer_bytes=cfg["bytes"])
+    run = model_run(ev, chip=row.chip, mode="eager", world_size=cfg["ranks"],
+                    local_world_size=cfg["ranks"] // cfg["nodes"])
+    return float(run.ops["duration_ns"][0]) / 1e3
+
+
+# -- BERT-Large training step -------------------------------------------------------------------------------
+class _BertLayer(torch.nn.Module):
+    """Post-norm BERT encoder layer (as HuggingFace BertLayer): attention, residual + LN, GELU FFN, residual + LN."""
+
+    def __init__(self, d: int, heads: int, ffn: int, p: float) -> None:
+        super().__init__()
+        self.heads, self.p = heads, p
+        self.q, self.k, self.v = (torch.nn.Linear(d, d) for _ in range(3))
+        self.o = torch.nn.Linear(d, d)
+        self.ln1 = torch.nn.LayerNorm(d, eps=1e-12)
+        self.up = torch.nn.Linear(d, ffn)
+        self.down = torch.nn.Linear(ffn, d)
+        self.ln2 = torch.nn.LayerNorm(d, eps=1e-12)
+        self.drop = torch.nn.Dropout(p)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.heads
+
+        def split(y: torch.Tensor) -> torch.Tensor:
+            return y.view(b, t, h, d // h).transpose(1, 2)
+
+        a = torch.nn.functional.scaled_dot_product_attention(split(self.q(x)), split(self.k(x)), split(self.v(x)),
+                                                             attn_mask=mask, dropout_p=self.p if self.training else 0)
+        x = self.ln1(x + self.drop(self.o(a.transpose(1, 2).reshape(b, t, d))))
+        return self.ln2(x + self.drop(self.down(torch.nn.functional.gelu(self.up(x)))))
+
+
+class _BertForPreTraining(torch.nn.Module):
+    """BERT with the MLM head (tied decoder) and the next-sentence head, as in the pre-training tutorial."""
+
+    def __init__(self, layers: int, d: int = 1024, heads: int = 16, ffn: int = 4096, vocab: int = 30522,
+                 p: float = 0.1) -> None:
+        super().__init__()
+        self.word = torch.nn.Embedding(vocab, d)
+        self.pos = torch.nn.Embedding(512, d)
+        self.typ = torch.nn.Embedding(2, d)
+        self.ln = torch.nn.LayerNorm(d, eps=1e-12)
+        self.drop = torch.nn.Dropout(p)
+        self.layers = torch.nn.ModuleList(_BertLayer(d, heads, ffn, p) for _ in range(layers))
+        self.mlm_dense = torch.nn.Linear(d, d)
+        self.mlm_ln = torch.nn.LayerNorm(d, eps=1e-12)
+        self.mlm_bias = torch.nn.Parameter(torch.zeros(vocab))
+        self.pool = torch.nn.Linear(d, d)
+        self.nsp = torch.nn.Linear(d, 2)
+
+    def forward(self, ids: torch.Tensor, types: torch.Tensor, mask: torch.Tensor, mlm_labels: torch.Tensor,
+                nsp_labels: torch.Tensor) -> torch.Tensor:
+        pos = torch.arange(ids.shape[1], device=ids.device)
+        x = self.drop(self.ln(self.word(ids) + self.pos(pos) + self.typ(types)))
+        for layer in self.layers:
+            x = layer(x, mask)
+        h = self.mlm_ln(torch.nn.functional.gelu(self.mlm_dense(x)))
+        logits = h @ self.word.weight.t() + self.mlm_bias
+        nsp = self.nsp(torch.tanh(self.pool(x[:, 0])))
+        f = torch.nn.functional.cross_entropy
+        return f(logits.view(-1, logits.shape[-1]).float(), mlm_labels.view(-1), ignore_index=-100) + \
+            f(nsp.float(), nsp_labels)
+
+
+def _capture_bert(layers: int, chip: str, world_size: int) -> tuple[float, float]:
+    """(fwd+bwd µs, optimizer µs) of one micro-batch of BERT with `layers` encoder layers, modeled in compile
+    mode: torch-neuronx compiles the micro-step and the optimizer step into one graph each."""
+    import neuron_studio  # noqa: F401 - registers the neuron device
+    from neuron_studio.profiler.capture import profile
+
+    torch.manual_seed(0)
+    model = _BertForPreTraining(layers).to("neuron").train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    b, t = 16, 128
+    ids = torch.randint(0, 30522, (b, t)).to("neuron")
+    types = torch.zeros(b, t, dtype=torch.long).to("neuron")
+    mask = torch.ones(b, 1, 1, t, dtype=torch.bool).to("neuron")
+    labels = torch.full((b, t), -100, dtype=torch.long)
+    labels[:, ::7] = 1
+    labels = labels.to("neuron")
+    nsp = torch.zeros(b, dtype=torch.long).to("neuron")
+
+    def micro_step() -> None:
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            loss = model(ids, types, mask, labels, nsp)
+        loss.backward()
+
+    def optimizer_step() -> None:
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+
+    out = []
+    for fn in (micro_step, optimizer_step):
+        prof = profile(fn, steps=1, warmup=0, mode="compile", chip=chip)
+        ops = prof.trace.ops.copy()
+        ops["graph"] = 0
+        run = model_run(ops, chip=chip, mode="compile", world_size=world_size)
+        out.append(run.summary.step_time_ns / 1e3)
+    return out[0], out[1]
+
+
+def model_step(row: CalibrationRow) -> float:
+    cfg = row.config
+    ws, accum = cfg["world_size"], cfg["grad_accumulation"]
+    f1, o1 = _capture_bert(1, row.chip, ws)
+    f2, o2 = _capture_bert(2, row.chip, ws)
+    per_layer_f, per_layer_o = f2 - f1, o2 - o1
+    fwd_bwd = f2 + 22 * per_layer_f
+    optim = o2 + 22 * per_layer_o
+    params = 335_141_888 + 2  # BERT-Large with both heads (grads all-reduced once per optimizer step)
+    ar = model_collective(CalibrationRow.synthetic(
+        row.chip, {"op": "all_reduce", "ranks": ws, "nodes": 1, "bytes": params * 4, "dtype": "float32"}))
+    return fwd_bwd + (optim + ar) / accum
+
+
+# -- driver -------------------------------------------------------------------------------------------------
+_REPRODUCERS: dict[str, Callable[[CalibrationRow], float]] = {
+    "kernel": model_kernel, "op": model_op, "collective": model_collective, "step": model_step}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", nargs="*", help="only these row ids")
+    ap.add_argument("--no-step", action="store_true", help="skip the BERT-Large step (the slowest row)")
+    args = ap.parse_args()
+    rows = load_calibration()
+    if args.rows:
+        rows = [r for r in rows if r.id in args.rows]
+    if args.no_step:
+        rows = [r for r in rows if not r.reproduce.startswith("step:")]
+    print(f"{'row':<30} {'chip':<5} {'measured':>12} {'modeled':>12} {'ratio':>7}  {'wall':>6}")
+    fit, out = [], []
+    for row in rows:
+        t0 = time.perf_counter()
+        modeled = _REPRODUCERS[row.kind](row)
+        wall = time.perf_counter() - t0
+        r = modeled / row.value
+        flag = "" if row.in_fit else "  (not in fit)"
+        ok = "" if 1 / 1.5 <= r <= 1.5 else "  OUT OF BAND"
+        print(f"{row.id:<30} {row.chip:<5} {row.value:>10.0f}us {modeled:>10.0f}us {r:>7.2f}  {wall:>5.1f}s"
+              f"{flag}{ok}", flush=True)
+        out.append((row, modeled, r))
+        if row.in_fit:
+            fit.append(r)
+    if fit:
+        worst = max(fit, key=lambda x: abs(math.log(x)))
+        print(f"\nrows in fit: {len(fit)}; geometric-mean error {geomean_error(fit):.3f}x; worst ratio {worst:.2f}; "
+              f"all within 0.67-1.5x: {all(1 / 1.5 <= x <= 1.5 for x in fit)}")
+
+
+if __name__ == "__main__":
+    main()
