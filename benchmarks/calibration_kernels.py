@@ -207,10 +207,10 @@ def _bn_stats_and_aggr(mean, var, data) -> None:
     x = data.data.astype(np.float32)
     for j in range(0, cols, BN_STATS_FMAX):
         chunk = data[:, j:min(cols, j + BN_STATS_FMAX)]
-        _isa.record("vector", "bn_stats", (chunk,), data.dtype, chunk.data.size, 2 * chunk.data.size)
+        _isa.record("vector", "bn_stats", (mean, chunk), data.dtype, chunk.data.size, 2 * chunk.data.size)
     mean.write(x.mean(axis=1, keepdims=True))
     var.write(x.var(axis=1, keepdims=True))
-    _isa.record("vector", "bn_aggr", (mean, var), "float32", p * 6 * (cols // BN_STATS_FMAX), 0)
+    _isa.record("vector", "bn_aggr", (var, mean), "float32", p * 6 * (cols // BN_STATS_FMAX), 0)
 
 
 @nki.jit

@@ -304,6 +304,7 @@ class Capture:
             "warmup": int(self.warmup),
             "torch_version": torch.__version__,
             "wall_ns": int(t_end - t0),
+            **_job_size(),
             "dropped_events": int(dropped),
             "unrecorded_ops": int(self.registry.bus.record_errors - getattr(self, "_record_errors0", 0)),
             "figures": {
@@ -358,6 +359,27 @@ class Capture:
 
             self._profile = Profile.from_trace(self.trace)
         return self._profile
+
+
+def _job_size() -> dict[str, int]:
+    """World size and ranks per instance of the job this process belongs to, so collectives are sized right
+    whether the capture runs under the CLI or inside a user's torch.distributed / torchrun job."""
+    world, local = 1, 0
+    try:
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            world = int(torch.distributed.get_world_size())
+    except (RuntimeError, ValueError):
+        world = 1
+    env_world = os.environ.get("WORLD_SIZE", "")
+    if world == 1 and env_world.isdigit():
+        world = int(env_world)
+    env_local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if env_local.isdigit():
+        local = int(env_local)
+    out = {"world_size": max(1, world)}
+    if local:
+        out["local_world_size"] = min(local, out["world_size"])
+    return out
 
 
 def profile(

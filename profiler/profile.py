@@ -78,7 +78,8 @@ class Profile:
 
         recompiles = int(trace.compiles["recompile"].sum()) if len(trace.compiles) else 0
         device_run = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
-                               recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1))
+                               recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1),
+                               local_world_size=int(trace.meta.get("local_world_size", 0) or 0) or None)
         return cls(trace, device_run, kernel_lookup=kernel_lookup)
 
     # -- headline figures --------------------------------------------------------------------------

@@ -106,10 +106,24 @@ def test_fallback_reasons_come_from_coverage_json() -> None:
         torch.bernoulli(torch.full((3,), 0.5, device="neuron"))
         a.exp()
     events = sub.drain()
-    assert _one(events, "aten::nonzero").fallback == cov.fallback_ops["aten::nonzero"] == "data_dependent_shape"
+    # nonzero is a device op with a host read of its size (trainium.md 1.7.1): a sync, not a fallback
+    assert _one(events, "aten::nonzero").fallback is None
+    assert cov.device_ops["aten::nonzero"]["host_work"] == "size_read"
     assert _one(events, "aten::nonzero").sync == ev.SYNC_DATA_DEPENDENT
     assert any(e.fallback == "rng" for e in events if e.name.startswith("aten::bernoulli"))
     assert _one(events, "aten::exp").fallback is None
+
+
+def test_every_coverage_entry_names_its_provenance_and_dropout_is_a_device_op() -> None:
+    cov = neuron_studio.device.coverage.op_coverage()
+    assert set(cov.fallback_ops) <= set(cov.provenance)
+    assert all(cov.evidence(op) for op in cov.fallback_ops)
+    assert "aten::native_dropout" not in cov.fallback_ops
+    assert cov.device_ops["aten::native_dropout"]["host_work"] == "host_mask"
+    x = torch.ones(64, device="neuron")
+    with neuron_studio.device.subscribe() as sub:
+        torch.nn.functional.dropout(x, 0.5, training=True)
+    assert _one(sub.drain(), "aten::native_dropout").fallback is None
 
 
 def test_eager_cast_tags() -> None:

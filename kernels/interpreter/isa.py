@@ -48,14 +48,23 @@ def _fail(rule: str, detail: str, t: NkiTensor | None = None) -> None:
 
 
 def record(engine_name: str, opcode: str, operands: Sequence[NkiTensor], dtype: str, elements: int, flops: int,
-           nbytes: int = 0, cycles_hint: int = 0) -> None:
-    """Append one instruction to the current trace, attributed to the kernel source line that issued it."""
+           nbytes: int = 0, cycles_hint: int = 0, also_reads: Sequence[Any] = (),
+           also_writes: Sequence[Any] = ()) -> None:
+    """Append one instruction to the current trace, attributed to the kernel source line that issued it.
+
+    `operands[0]` is the destination, the rest are sources (every ISA call passes them in that order);
+    `also_reads`/`also_writes` add tiles that are not shape-bearing operands (per-partition scalars, reduce
+    results); non-tile entries are ignored."""
     frame = kernel_frame(2)
+    st = current()
+    ids = [st.buffer_id(t._alloc) for t in operands]
+    extra_r = tuple(st.buffer_id(t._alloc) for t in also_reads if isinstance(t, NkiTensor))
+    extra_w = tuple(st.buffer_id(t._alloc) for t in also_writes if isinstance(t, NkiTensor))
     current().record(Instruction(
         engine=engine_name, opcode=opcode, shapes=tuple(t.shape for t in operands), dtype=dtype,
         elements=int(elements), flops=int(flops), bytes=int(nbytes),
         file=frame.f_code.co_filename if frame is not None else "", line=frame.f_lineno if frame else 0,
-        cycles_hint=int(cycles_hint)))
+        cycles_hint=int(cycles_hint), reads=tuple(ids[1:]) + extra_r, writes=tuple(ids[:1]) + extra_w))
 
 
 def _on_chip(*tensors: NkiTensor) -> None:
@@ -237,7 +246,8 @@ def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reve
     _store(dst, x)
     n = data.data.size
     nops = 1 + (op1 is not None)
-    record(_engine(engine, "vector"), "tensor_scalar", (dst, data), data.dtype, n, n * nops)
+    record(_engine(engine, "vector"), "tensor_scalar", (dst, data), data.dtype, n, n * nops,
+           also_reads=(operand0, operand1))
 
 
 def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale: Any = 1.0,
@@ -275,7 +285,7 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
         _fail("activation_reduce", "reduce_op needs reduce_res", dst)
     n = data.data.size
     record(_engine(engine, "scalar"), f"activation.{getattr(op, 'name', op)}", (dst, data), data.dtype, n,
-           n * (2 + (reduce_op is not None)))
+           n * (2 + (reduce_op is not None)), also_reads=(bias, scale), also_writes=(reduce_res,))
 
 
 def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: int | Sequence[int], negate: bool = False,

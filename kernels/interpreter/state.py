@@ -7,13 +7,14 @@ call: `CallState.spec`, or `active_spec()` for code that runs outside a call (e.
 from __future__ import annotations
 
 import contextvars
+import itertools
 import linecache
 import os
 import re
 import sys
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -102,6 +103,8 @@ class CallState:
     _shared: list[Any] = field(default_factory=list)
     _hbm_ordinal: int = 0
     _rng: np.random.Generator | None = None
+    _buffer_ids: "weakref.WeakKeyDictionary[object, int]" = field(default_factory=weakref.WeakKeyDictionary)
+    _buffer_counter: Iterator[int] = field(default_factory=itertools.count)
 
     def __post_init__(self) -> None:
         self.spec = chip_spec(check_chip(self.trace.chip))
@@ -191,6 +194,12 @@ class CallState:
         if self.reduce_regs is None or self.reduce_regs.shape[0] < partitions:
             self.reduce_regs = np.zeros(max(partitions, int(self.spec.partition_max or 0)), np.float32)
         return self.reduce_regs
+    def buffer_id(self, alloc: object) -> int:
+        """A number for one allocation, unique within this call (object ids are reused after a tile dies)."""
+        bid = self._buffer_ids.get(alloc)
+        if bid is None:
+            bid = self._buffer_ids[alloc] = next(self._buffer_counter)
+        return bid
 
     def finish(self) -> KernelTrace:
         peaks = self.memory.peaks(self.tick + 1)

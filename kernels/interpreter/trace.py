@@ -18,6 +18,8 @@ class Instruction:
     `elements` is the number of elements the engine streams (output elements for element-wise ops, input
     elements for reductions, moving-tile columns x partitions for matmul); `flops` counts arithmetic (2*M*N*K for
     matmul); `bytes` is what a DMA moves (0 for compute engines); `dtype` is the dtype the engine computes in.
+    `reads`/`writes` identify the allocations touched (operand 0 is the destination by the ISA's convention),
+    so the kernel model can respect data dependencies between engines.
     """
 
     engine: str
@@ -30,6 +32,8 @@ class Instruction:
     file: str
     line: int
     cycles_hint: int = 0  # engine-specific streaming cycles (tensor engine: moving free size)
+    reads: tuple[int, ...] = ()   # allocations (buffer ids, unique per kernel call) the instruction reads
+    writes: tuple[int, ...] = ()  # allocations it writes; the kernel model orders instructions by these
 
 
 @dataclass

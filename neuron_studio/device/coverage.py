@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -17,6 +17,14 @@ class OpCoverage:
     fallback_ops: dict[str, str]          # aten name -> reason key
     reasons: dict[str, str]               # reason key -> explanation
     eager_casts: dict[str, dict[str, str]]
+    provenance: dict[str, str] = field(default_factory=dict)     # aten name -> provenance key (fallbacks and device ops)
+    sources: dict[str, str] = field(default_factory=dict)        # provenance key -> what the evidence is
+    device_ops: dict[str, dict[str, str]] = field(default_factory=dict)  # device ops with host work, per the evidence
+
+    def evidence(self, name: str) -> str:
+        """Where the coverage claim about `name` comes from ("" for ops the file says nothing about)."""
+        key = self.provenance.get(name, "")
+        return self.sources.get(key, key)
 
     def fallback_reason(self, name: str, args: Any = ()) -> str | None:
         """Reason key if this op would run on CPU under TorchNeuron, else None."""
@@ -48,10 +56,25 @@ def load_coverage(text: str) -> OpCoverage:
     if data.get("version") != 1:
         raise ValueError(f"unsupported op-coverage file version {data.get('version')!r}; expected 1")
     reasons = data["reasons"]
-    for op, reason in data["fallback_ops"].items():
+    sources = dict(data.get("provenance", {}))
+    fallbacks: dict[str, str] = {}
+    provenance: dict[str, str] = {}
+    for op, entry in data["fallback_ops"].items():
+        reason = entry.get("reason") if isinstance(entry, dict) else entry
         if reason not in reasons:
             raise ValueError(f"op-coverage: {op} names unknown reason {reason!r}; known: {sorted(reasons)}")
-    return OpCoverage(dict(data["fallback_ops"]), dict(reasons), dict(data["eager_casts"]))
+        fallbacks[op] = reason
+        if isinstance(entry, dict):
+            prov = entry.get("provenance")
+            if sources and prov not in sources:
+                raise ValueError(f"op-coverage: {op} names unknown provenance {prov!r}; known: {sorted(sources)}")
+            provenance[op] = str(prov)
+    device_ops = {op: dict(v) for op, v in data.get("device_ops", {}).items()}
+    for op, v in device_ops.items():
+        if sources and v.get("provenance") not in sources:
+            raise ValueError(f"op-coverage: {op} names unknown provenance {v.get('provenance')!r}")
+        provenance.setdefault(op, str(v.get("provenance", "")))
+    return OpCoverage(fallbacks, dict(reasons), dict(data["eager_casts"]), provenance, sources, device_ops)
 
 
 @functools.cache

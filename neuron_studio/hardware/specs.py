@@ -53,6 +53,8 @@ class CoreFigures:
     gpsimd_elems: float
     hbm_bytes: float                      # this core's even share of the chip's HBM bandwidth
     dma_bytes: float                      # this core's even share of the chip's DMA bandwidth
+    tensor_mxfp8_flops: float = 0.0       # microscaled FP8 (the plain-FP8 rate where the chip has no MX mode)
+    stream_bytes: float = 0.0             # what one core can stream HBM<->SBUF: min(HBM share, its DMA engines)
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,17 @@ class ChipSpec:
     psum_banks: int | None = None
     gemm_stationary_fmax: int | None = None
     gemm_moving_fmax: int | None = None
+    core_tensor_mxfp8_flops_per_s: float | None = None
+    core_dma_bandwidth_bytes_per_s: float | None = None
+    dma_fixed_latency_ns: float | None = None
+    dma_saturation_bytes_per_partition: float | None = None
+    tensor_mm_init_cycles: float | None = None
+    vector_static_overhead_cycles: float | None = None
+    scalar_static_overhead_cycles: float | None = None
+    collective_latency_ns: float | None = None
+    collective_bus_bandwidth_bytes_per_s: float | None = None
+    internode_collective_latency_ns: float | None = None
+    internode_bus_bandwidth_bytes_per_s: float | None = None
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: Mapping[str, str] = field(default_factory=dict, compare=False)
 
@@ -141,6 +154,10 @@ class ChipSpec:
             gpsimd_elems=self.gpsimd_elems_per_cycle * self.gpsimd_clock_hz * lnc,
             hbm_bytes=self.hbm_bandwidth_bytes_per_s / per_chip,
             dma_bytes=self.dma_bandwidth_bytes_per_s / per_chip,
+            tensor_mxfp8_flops=(self.core_tensor_mxfp8_flops_per_s or self.core_tensor_fp8_flops_per_s) * lnc,
+            stream_bytes=min(self.hbm_bandwidth_bytes_per_s / per_chip,
+                             self.core_dma_bandwidth_bytes_per_s * lnc if self.core_dma_bandwidth_bytes_per_s
+                             else self.dma_bandwidth_bytes_per_s / per_chip),
         )
 
     # Tile limits derived from the per-core sizes (nki.language.tile_size); None on GPUs.
@@ -184,7 +201,11 @@ _INT_FIELDS = {
 _LIST_FIELDS = {"lnc_allowed"}
 # What the NKI interpreter and the kernel model need: required on every Trainium chip.
 _TRAINIUM_FIELDS = ("tensor_engine_rows", "tensor_engine_cols", "sbuf_bytes_per_core", "sbuf_partitions",
-                    "psum_bytes_per_core", "psum_banks", "gemm_stationary_fmax", "gemm_moving_fmax")
+                    "psum_bytes_per_core", "psum_banks", "gemm_stationary_fmax", "gemm_moving_fmax",
+                    "core_tensor_mxfp8_flops_per_s", "core_dma_bandwidth_bytes_per_s", "dma_fixed_latency_ns",
+                    "dma_saturation_bytes_per_partition", "tensor_mm_init_cycles", "vector_static_overhead_cycles",
+                    "scalar_static_overhead_cycles", "collective_latency_ns", "collective_bus_bandwidth_bytes_per_s",
+                    "internode_collective_latency_ns", "internode_bus_bandwidth_bytes_per_s")
 _OPTIONAL_FIELDS = {f.name for f in dataclasses.fields(ChipSpec) if f.default is None}
 FIGURE_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(ChipSpec) if f.name not in _META_FIELDS)
 _REQUIRED_FIELDS = tuple(f for f in FIGURE_FIELDS if f not in _OPTIONAL_FIELDS)

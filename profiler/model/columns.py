@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from neuron_studio.device.events import OpEvent
 
 __all__ = ["OpColumns", "ColumnsError", "events_to_columns", "columns_from_mapping", "as_columns",
-           "DERIVED_COLUMNS", "SHAPE_COLUMNS"]
+           "DERIVED_COLUMNS", "SHAPE_COLUMNS", "ATTN_CAUSAL", "ATTN_DROPOUT", "attention_flags"]
 
 # Precomputed per-op figures an importer may supply instead of shapes (fast path, no per-row Python).
 DERIVED_COLUMNS = ("in_bytes", "out_bytes", "elems", "itemsize", "dtype_class")
@@ -58,12 +58,15 @@ class OpColumns:
     transfer: np.ndarray | None = None
     fallback: np.ndarray | None = None
     source: np.ndarray | None = None
+    attention: np.ndarray | None = None  # int8 bit flags from the event tags: ATTN_CAUSAL | ATTN_DROPOUT
 
     def __post_init__(self) -> None:
         n = len(self.seq)
+        if self.attention is None:
+            object.__setattr__(self, "attention", np.zeros(n, dtype=np.int8))
         for f in ("name_code", "start_ns", "end_ns", "core", "flops", "in_bytes", "out_bytes", "elems",
                   "itemsize", "dtype_class", "is_view", "graph", "deterministic", "transfer_bytes",
-                  "sync", "transfer", "fallback", "source"):
+                  "sync", "transfer", "fallback", "source", "attention"):
             a = getattr(self, f)
             if a is not None and len(a) != n:
                 raise ColumnsError(f"column {f!r} has {len(a)} rows, expected {n}")
@@ -74,6 +77,18 @@ class OpColumns:
     def name_array(self) -> np.ndarray:
         """Op name per row (object array)."""
         return self.names[self.name_code] if len(self.names) else np.empty(0, dtype=object)
+
+
+ATTN_CAUSAL, ATTN_DROPOUT = 1, 2
+
+
+def attention_flags(tags: Any) -> int:
+    """Bit flags for attention events from their tags ("causal", "dropout"); tags may be a tuple or a string."""
+    if not tags:
+        return 0
+    if isinstance(tags, str):
+        tags = tags.split(",")
+    return (ATTN_CAUSAL if "causal" in tags else 0) | (ATTN_DROPOUT if "dropout" in tags else 0)
 
 
 def _optional(values: list[Any]) -> np.ndarray | None:
@@ -92,7 +107,7 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
     cols: dict[str, list[Any]] = {k: [] for k in (
         "seq", "name_code", "start_ns", "end_ns", "core", "flops", "in_bytes", "out_bytes", "elems", "itemsize",
         "dtype_class", "is_view", "graph", "deterministic", "transfer_bytes", "sync", "transfer", "fallback",
-        "source")}
+        "source", "attention")}
     a = {k: v.append for k, v in cols.items()}
     for ev in events:
         name = ev.name
@@ -115,6 +130,7 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
         a["itemsize"](isz); a["dtype_class"](dc); a["is_view"](ev.is_view); a["graph"](ev.graph)
         a["deterministic"](deterministic_tag in ev.tags); a["transfer_bytes"](ev.transfer_bytes)
         a["sync"](ev.sync); a["transfer"](ev.transfer); a["fallback"](ev.fallback); a["source"](ev.source)
+        a["attention"](attention_flags(ev.tags) if ev.tags else 0)
     names = np.empty(len(codes), dtype=object)
     names[:] = list(codes)
     return OpColumns(
@@ -138,6 +154,7 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
         transfer=_optional(cols["transfer"]),
         fallback=_optional(cols["fallback"]),
         source=_optional(cols["source"]),
+        attention=np.asarray(cols["attention"], dtype=np.int8),
     )
 
 
@@ -209,6 +226,12 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
         det = np.fromiter((deterministic_tag in (t or ()) for t in _col(data, "tags")), dtype=bool, count=n)
     else:
         det = np.zeros(n, dtype=bool)
+    if "attention" in keys:
+        attn = num("attention", np.int8, 0)
+    elif "tags" in keys:
+        attn = np.fromiter((attention_flags(t) for t in _col(data, "tags")), dtype=np.int8, count=n)
+    else:
+        attn = np.zeros(n, dtype=np.int8)
     if has_derived:
         in_b = num("in_bytes", np.float64, 0.0)
         out_b = num("out_bytes", np.float64, 0.0)
@@ -234,7 +257,7 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
         itemsize=itemsize, dtype_class=dclass, is_view=is_view, graph=num("graph", np.int64, -1),
         deterministic=det, transfer_bytes=num("transfer_bytes", np.float64, 0.0),
         sync=_opt_obj(data, "sync", n), transfer=_opt_obj(data, "transfer", n),
-        fallback=_opt_obj(data, "fallback", n), source=_opt_obj(data, "source", n),
+        fallback=_opt_obj(data, "fallback", n), source=_opt_obj(data, "source", n), attention=attn,
     )
 
 

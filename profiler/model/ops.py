@@ -11,15 +11,18 @@ from typing import Sequence
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, HOST_ENGINE, NO_ENGINE
 
 __all__ = [
-    "ENGINES", "ENGINE_CODE", "DTYPE_BF16", "DTYPE_FP8", "DTYPE_FP32",
-    "base_name", "classify_engine", "dtype_itemsize", "shape_stats", "matmul_flops",
+    "ENGINES", "ENGINE_CODE", "DTYPE_BF16", "DTYPE_FP8", "DTYPE_FP32", "DTYPE_MXFP8", "DTYPE_CLASSES",
+    "base_name", "classify_engine", "dtype_itemsize", "shape_stats", "matmul_flops", "attention_scores",
 ]
 
 ENGINES: tuple[str, ...] = (*DEVICE_ENGINES, NO_ENGINE, HOST_ENGINE)
 ENGINE_CODE = {e: i for i, e in enumerate(ENGINES)}
 
-# Compute-dtype classes: which Tensor Engine peak applies.
-DTYPE_BF16, DTYPE_FP8, DTYPE_FP32 = 0, 1, 2
+# Compute-dtype classes: which Tensor Engine peak applies. MXFP8: FP8 with microscaling (E8M0 block scales),
+# which NeuronCore-v4 runs at its MX rate; plain FP8 runs at the chip's plain-FP8 rate (on Trn3 the BF16 datapath).
+DTYPE_BF16, DTYPE_FP8, DTYPE_FP32, DTYPE_MXFP8 = 0, 1, 2, 3
+DTYPE_CLASSES = ("bf16", "fp8", "fp32", "mxfp8")
+_MX_SCALE_DTYPES = ("float8_e8m0fnu",)
 
 _ITEMSIZE = {
     "float64": 8, "double": 8, "float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2,
@@ -45,6 +48,7 @@ _SCALAR = {
     "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sigmoid", "gelu", "silu", "mish",
     "softplus", "erf", "erfc", "erfinv", "rsqrt", "sqrt", "sin", "cos", "tan", "asin", "acos", "atan", "atan2",
     "sinh", "cosh", "asinh", "acosh", "atanh", "pow", "elu", "selu", "celu", "logit", "log_sigmoid_forward",
+    "softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax",  # exp on the Scalar Engine
     "log_sigmoid", "lgamma", "digamma", "sinc", "hardswish", "gelu_backward", "silu_backward", "mish_backward",
     "sigmoid_backward", "tanh_backward", "softplus_backward", "elu_backward", "log_sigmoid_backward",
 }
@@ -206,7 +210,10 @@ def shape_stats(
         out_n += n
         out_size = max(out_size, sz)
     itemsize = out_size or (max(float_sizes) if float_sizes else 4)
-    if float_sizes and max(float_sizes) >= 4:
+    mx = any(d.rsplit(".", 1)[-1] in _MX_SCALE_DTYPES for d in input_dtypes)
+    if mx:
+        dclass = DTYPE_MXFP8
+    elif float_sizes and max(float_sizes) >= 4:
         dclass = DTYPE_FP32
     elif float_sizes and max(float_sizes) == 1:
         dclass = DTYPE_FP8
@@ -214,6 +221,22 @@ def shape_stats(
         dclass = DTYPE_BF16
     if engine == "none":
         return 0.0, 0.0, 0.0, itemsize, dclass, float(flops)
+    base = base_name(name)
     if engine == "tensor" and not flops:
-        flops = matmul_flops(base_name(name), input_shapes, output_shapes)
+        flops = matmul_flops(base, input_shapes, output_shapes)
+    if engine == "tensor" and "scaled_dot_product" in base:
+        # Attention: `elements` = what it streams through the Scalar Engine (one exp per score, in the forward
+        # and in the backward's recomputation).
+        return float(in_b), float(out_b), float(attention_scores(base, input_shapes)), itemsize, dclass, float(flops)
     return float(in_b), float(out_b), float(max(in_max, out_n)), itemsize, dclass, float(flops)
+
+
+def attention_scores(base: str, input_shapes: Sequence[Sequence[int]]) -> int:
+    """Score elements (batch x heads x Lq x Lk) of a scaled-dot-product-attention op, else 0."""
+    if "scaled_dot_product" not in base or len(input_shapes) < 3:
+        return 0
+    q, k = (input_shapes[1], input_shapes[2]) if "backward" in base and len(input_shapes) >= 4 else \
+        (input_shapes[0], input_shapes[1])
+    if len(q) < 2 or len(k) < 2:
+        return 0
+    return _numel(q[:-1]) * int(k[-2])

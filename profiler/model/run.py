@@ -140,18 +140,20 @@ def model_run(
     recompiles: int | Sequence[Any] = 0,
     spec_overrides: dict[str, float] | None = None,
     world_size: int = 1,
+    local_world_size: int | None = None,
 ) -> ModeledRun:
     """Model a run of ops on `chip` in `mode` ("eager" | "adaptive" | "compile").
 
     Input: OpColumns, a DataFrame/dict of OpEvent-named columns, or an iterable of OpEvents. `recompiles`
     (a count, or a list of compile records) is costed separately as compile time, never in the step time.
+    `world_size` / `local_world_size` (ranks per instance; None = one instance) size the collectives.
     """
     cfg = config if config is not None else ModelConfig()
     spec = chip if isinstance(chip, ChipSpec) else chip_spec(chip, spec_overrides)
     h100 = chip_spec("h100")
     cols: OpColumns = as_columns(columns_or_events, deterministic_tag=cfg.deterministic_tag)
     n = len(cols)
-    s: Schedule = schedule(cols, cfg, mode, world_size)
+    s: Schedule = schedule(cols, cfg, mode, world_size, local_world_size)
     rates = core_rates(spec, cfg)
     t = retime(s, rates, cfg)
     order = s.order
@@ -224,7 +226,15 @@ def model_run(
     chips_used = int(np.unique(chip_of).size) if n else 0
     busy, util = engine_figures(s.engine, t.duration_ns, step, cores_used)
     total_flops = float(cols.flops.sum())
-    total_bytes = float(s.bytes_read.sum() + s.bytes_written.sum())
+    # HBM traffic of device ops only: collectives move bytes over NeuronLink/EFA, host copies over PCIe.
+    on_hbm = (s.engine != E_HOST) & (s.engine != E_NONE) & ~s.is_transfer
+    if s.link_bytes is not None:
+        on_hbm &= np.isnan(s.link_bytes)
+    total_bytes = float(np.where(on_hbm, s.bytes_read + s.bytes_written, 0.0).sum())
+    # MFU against the peak of each op's own dtype (FP8 at the FP8 rate, FP32 at the FP32 rate): the fraction of
+    # core-time the Tensor Engine would need at peak. BF16 peak reported as the headline peak.
+    tf = np.asarray(rates.tensor_flops, dtype=np.float64)
+    peak_seconds = float((s.flops / tf[s.dtype_class]).sum()) if n else 0.0
     peak = rates.tensor_flops[0] * cores_used
     hbm = rates.hbm_bytes * cores_used
     h_step = float(ht.core_end_ns.max()) if n else 0.0
@@ -236,7 +246,7 @@ def model_run(
         chip=spec.name, mode=mode, n_ops=n, step_time_ns=step, launches=int(s.launch.sum()),
         groups=len(gstart), cores_used=cores_used, chips_used=chips_used, lnc=rates.lnc,
         engine_busy_ns=busy, engine_utilization=util,
-        mfu=ratio(total_flops, peak * step * 1e-9), mbu=ratio(total_bytes, hbm * step * 1e-9),
+        mfu=ratio(peak_seconds, cores_used * step * 1e-9), mbu=ratio(total_bytes, hbm * step * 1e-9),
         arithmetic_intensity=ratio(total_flops, total_bytes), total_flops=total_flops, total_bytes=total_bytes,
         peak_flops_per_s=peak, hbm_bytes_per_s=hbm,
         fallback_ops=int(s.is_fallback.sum()),
@@ -251,7 +261,10 @@ def model_run(
         assumptions={
             "h100": "same launches as the Trainium run, H100 peaks, h100_launch_overhead_ns per launch; "
                     "CPU-fallback ops run on the GPU; one GPU per Trainium chip used",
-            "mfu": "model FLOPs / (BF16 Tensor Engine peak per logical core x cores used x step time)",
+            "mfu": "sum over ops of FLOPs / (Tensor Engine peak of the op's dtype per logical core), divided by "
+                   "cores used x step time (FP8 ops against the FP8 peak, FP32 against FP32)",
+            "mbu": "HBM bytes of device ops (collectives and host copies excluded) / (HBM bandwidth per logical "
+                   "core x cores used x step time)",
             "cost": "price per chip-hour x chips used x step time",
         },
     )

@@ -6,13 +6,17 @@ fusion → durations on one chip → in-order per-core timeline. The same groups
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from neuron_studio.profiler.model.columns import OpColumns
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
-from neuron_studio.profiler.model.ops import collective_factor, ENGINE_CODE, ENGINES, classify_engine
 from neuron_studio.hardware import ChipSpec, SpecError
+from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
+from neuron_studio.profiler.model.ops import (
+    DTYPE_CLASSES, ENGINE_CODE, ENGINES, base_name, classify_engine, collective_factor,
+)
 
 __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
 
@@ -34,13 +38,17 @@ class CoreRates:
 
     lnc: int
     logical_cores_per_chip: int
-    tensor_flops: tuple[float, float, float]   # indexed by dtype class: BF16, FP8, FP32
+    tensor_flops: tuple[float, float, float, float]   # indexed by dtype class: BF16, FP8, FP32, MXFP8
     vector_elems: tuple[float, float]          # (32-bit, 16-bit-or-narrower)
     scalar_elems: tuple[float, float]
     gpsimd_elems: float
     dma_bytes: float
     hbm_bytes: float
-    link_bytes: float = 0.0                    # NeuronLink bytes/s (collectives)
+    link_bytes: float = 0.0                    # NeuronLink bytes/s per chip (reported, not used for timing)
+    collective_latency_ns: float = 0.0         # published small-message collective time within one instance
+    collective_bytes: float = 0.0              # per-rank bus bandwidth within one instance (bytes/s)
+    internode_latency_ns: float = 0.0          # published collective latency across instances
+    internode_bytes: float = 0.0               # per-rank bus bandwidth across instances (bytes/s)
 
 
 def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
@@ -55,12 +63,16 @@ def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
     return CoreRates(
         lnc=core.lnc,
         logical_cores_per_chip=core.cores_per_chip,
-        tensor_flops=(core.tensor_bf16_flops, core.tensor_fp8_flops, core.tensor_fp32_flops),
+        tensor_flops=(core.tensor_bf16_flops, core.tensor_fp8_flops, core.tensor_fp32_flops, core.tensor_mxfp8_flops),
         vector_elems=(core.vector_elems_32bit, core.vector_elems_16bit),
         scalar_elems=(core.scalar_elems_32bit, core.scalar_elems_16bit),
         gpsimd_elems=core.gpsimd_elems,
         dma_bytes=core.dma_bytes if shared else spec.dma_bandwidth_bytes_per_s,
-        hbm_bytes=core.hbm_bytes if shared else spec.hbm_bandwidth_bytes_per_s,
+        hbm_bytes=core.stream_bytes if shared else spec.hbm_bandwidth_bytes_per_s,
+        collective_latency_ns=spec.collective_latency_ns or 0.0,
+        collective_bytes=spec.collective_bus_bandwidth_bytes_per_s or 0.0,
+        internode_latency_ns=spec.internode_collective_latency_ns or 0.0,
+        internode_bytes=spec.internode_bus_bandwidth_bytes_per_s or 0.0,
         link_bytes=spec.neuronlink_bandwidth_bytes_per_s,
     )
 
@@ -93,6 +105,11 @@ class Schedule:
     in_bytes: np.ndarray
     out_bytes: np.ndarray
     link_bytes: np.ndarray | None = None  # bytes a collective puts on NeuronLink (ring factor applied)
+    nodes: int = 1                        # instances the job spans (collectives cross EFA when > 1)
+    attention: np.ndarray | None = None   # int8 ATTN_* flags (causal halves the work; dropout draws host masks)
+    host_mask_elems: np.ndarray | None = None  # random elements the host draws for this device op (dropout)
+    rng_elems: np.ndarray | None = None   # random elements a CPU-fallback RNG op draws
+    is_attention: np.ndarray | None = None  # scaled-dot-product attention rows (`elems` = score elements)
 
 
 def _not_none(a: np.ndarray | None, n: int) -> np.ndarray:
@@ -105,8 +122,22 @@ def _take(a: np.ndarray, order: np.ndarray | None) -> np.ndarray:
     return a if order is None else a[order]
 
 
-def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 1) -> Schedule:
-    """Engines, groups, launches and post-fusion HBM traffic for `mode` (chip-independent)."""
+_RNG_FALLBACKS = ("bernoulli", "normal", "uniform", "random", "exponential", "multinomial", "randperm", "rand",
+                  "randn", "randint", "geometric", "cauchy", "log_normal")
+_HOST_MASK_OPS = ("native_dropout",)  # device op; its Bernoulli mask is drawn on the host (trainium.md §1.7.1)
+
+
+def _per_name(cols: OpColumns, order: np.ndarray | None, pred: "Callable[[str], bool]") -> np.ndarray:
+    flags = np.fromiter((pred(str(nm)) for nm in cols.names), dtype=bool, count=len(cols.names))
+    return _take(flags[cols.name_code], order) if len(cols) else np.zeros(0, dtype=bool)
+
+
+def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 1,
+             local_world_size: int | None = None) -> Schedule:
+    """Engines, groups, launches and post-fusion HBM traffic for `mode` (chip-independent).
+
+    `local_world_size` is the number of ranks per instance (torchrun's LOCAL_WORLD_SIZE); None = all ranks on
+    one instance."""
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}; valid: {MODES}")
     n = len(cols)
@@ -223,14 +254,22 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         rd = np.where(is_tr, np.where(d2h, tb, 0.0), rd)
         wr = np.where(is_tr, np.where(h2d, tb, 0.0), wr)
     host_ns = np.where(is_fb, np.maximum(_take(cols.end_ns, order) - _take(cols.start_ns, order), 0), 0)
+    elems = _take(cols.elems, order)
+    is_rng = _per_name(cols, order, lambda nm: base_name(nm) in _RNG_FALLBACKS) & is_fb
+    host_mask = _per_name(cols, order, lambda nm: base_name(nm) in _HOST_MASK_OPS) & ~is_fb & real
+    local = world_size if not local_world_size else max(1, min(int(local_world_size), int(world_size)))
+    nodes = -(-max(1, int(world_size)) // max(1, local))
     return Schedule(
         order=order, core=core, core_start=core_start, engine=eng, name_engine=eng_by_name, group=group,
         brk=brk, reason=reason, launch=launch, launch_overhead_ns=ovh, bytes_read=rd, bytes_written=wr,
         is_fallback=is_fb, is_transfer=is_tr, transfer_bytes=np.where(is_tr, tb, 0.0),
-        flops=_take(cols.flops, order), elems=_take(cols.elems, order),
-        dtype_class=np.clip(_take(cols.dtype_class, order), 0, 2).astype(np.int8),
+        flops=_take(cols.flops, order), elems=elems,
+        dtype_class=np.clip(_take(cols.dtype_class, order), 0, len(DTYPE_CLASSES) - 1).astype(np.int8),
         narrow=_take(cols.itemsize, order) <= 2, moved_bytes=out_b, host_ns=host_ns.astype(np.float64),
-        in_bytes=in_b, out_bytes=out_b, link_bytes=_link_bytes(cols, order, world_size),
+        in_bytes=in_b, out_bytes=out_b, link_bytes=_link_bytes(cols, order, world_size), nodes=nodes,
+        attention=_take(cols.attention, order) if cols.attention is not None else np.zeros(n, dtype=np.int8),
+        host_mask_elems=np.where(host_mask, elems, 0.0), rng_elems=np.where(is_rng, elems, 0.0),
+        is_attention=_per_name(cols, order, lambda nm: "scaled_dot_product" in nm) & (eng_by_name == E_TENSOR),
     )
 
 
@@ -272,9 +311,15 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     tf = np.asarray(rates.tensor_flops)[s.dtype_class] * config.tensor_efficiency
     vec = np.where(s.narrow, rates.vector_elems[1], rates.vector_elems[0]) * config.vector_efficiency
     sca = np.where(s.narrow, rates.scalar_elems[1], rates.scalar_elems[0]) * config.scalar_efficiency
+    attn = s.attention if s.attention is not None else np.zeros(n, dtype=np.int8)
+    # A causal flash-attention kernel skips the fully masked half of the score tiles (matmuls and exps).
+    work = np.where((attn & ATTN_CAUSAL) != 0, 0.5, 1.0)
     comp = np.zeros(n)
     m = eng == E_TENSOR
-    comp[m] = s.flops[m] / tf[m]
+    # Tensor-Engine ops stream `elems` through the Scalar Engine (attention: exp over the scores); the two
+    # engines overlap inside the op, so the slower one sets its compute time.
+    exp_elems = np.where(s.is_attention, s.elems, 0.0) if s.is_attention is not None else np.zeros(n)
+    comp[m] = np.maximum(s.flops[m] / tf[m], exp_elems[m] / sca[m]) * work[m]
     m = eng == E_VECTOR
     comp[m] = s.elems[m] / vec[m]
     m = eng == E_SCALAR
@@ -291,15 +336,34 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     lat = config.host_transfer_latency_ns
     if s.is_transfer.any():
         dur = np.where(s.is_transfer, s.transfer_bytes / link * 1e9 + lat, dur)
+    # Host-drawn random masks for device ops (nn.Dropout; SDPA with dropout, per layer and pass): the host
+    # draws one value per element and copies a 1-byte mask to the device before the op can run.
+    mask = np.zeros(n) if s.host_mask_elems is None else s.host_mask_elems.copy()
+    sdpa_drop = (attn & ATTN_DROPOUT) != 0
+    if sdpa_drop.any():
+        mask = np.where(sdpa_drop & s.is_attention, s.elems, mask)
+    if host_fallback and mask.any():
+        dur = dur + np.where(mask > 0, mask / config.host_rng_elems_per_s * 1e9 + mask / link * 1e9 + lat, 0.0)
     fb = s.is_fallback & (eng == E_HOST) if host_fallback else np.zeros(n, dtype=bool)
     if fb.any():
+        # A host-CPU model, not the measured wall time: the modeled step must not depend on machine load.
         copies = (s.in_bytes / link * 1e9 + lat) + (s.out_bytes / link * 1e9 + lat)
-        dur = np.where(fb, s.host_ns + copies, dur)
+        rng = np.zeros(n) if s.rng_elems is None else s.rng_elems
+        host = (config.host_op_overhead_ns
+                + np.maximum((s.in_bytes + s.out_bytes) / config.host_cpu_bytes_per_s,
+                             s.flops / config.host_cpu_flops_per_s) * 1e9
+                + rng / config.host_rng_elems_per_s * 1e9)
+        dur = np.where(fb, host + copies, dur)
     coll = None
-    if s.link_bytes is not None and rates.link_bytes > 0:
+    if s.link_bytes is not None:
         coll = ~np.isnan(s.link_bytes)  # a collective on one rank moves nothing: latency only
-        dur = np.where(coll, np.nan_to_num(s.link_bytes) / rates.link_bytes * 1e9 + config.collective_latency_ns,
-                       dur)
+        inter = s.nodes > 1
+        bw = rates.internode_bytes if inter else rates.collective_bytes
+        c_lat = (rates.internode_latency_ns if inter else rates.collective_latency_ns) * config.collective_latency_scale
+        if bw > 0:
+            dur = np.where(coll, np.nan_to_num(s.link_bytes) / bw * 1e9 + c_lat, dur)
+        else:  # a GPU spec without collective figures: NeuronLink-equivalent link, no latency figure
+            dur = np.where(coll, np.nan_to_num(s.link_bytes) / max(rates.link_bytes, 1.0) * 1e9, dur)
     bound = np.where(comp >= mem, B_COMPUTE, B_MEMORY).astype(np.int8)
     if coll is not None:
         bound[coll] = B_MEMORY

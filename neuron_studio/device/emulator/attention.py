@@ -12,7 +12,7 @@ from typing import Any, Callable
 import torch
 from torch.nn.attention import SDPBackend
 
-__all__ = ["SPECIAL_OPS", "register_attention_flops"]
+__all__ = ["SPECIAL_OPS", "ATTENTION_RECORD_EXTRA", "register_attention_flops"]
 
 aten = torch.ops.aten
 _FLASH = int(SDPBackend.FLASH_ATTENTION)
@@ -46,6 +46,29 @@ SPECIAL_OPS: dict[Any, Callable[..., Any]] = {
     aten._fused_sdp_choice.default: _choice,
     aten._scaled_dot_product_fused_attention_overrideable.default: _forward,
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: _backward,
+}
+
+
+def _attention_tags(dropout_at: int, causal_at: int) -> Callable[..., dict]:
+    """Record hook: tag an attention event "causal" / "dropout" (the cost model needs both; they are not shapes)."""
+
+    def fields(func: Any, uargs: Any, kw: Any, out: Any) -> dict:
+        args = list(uargs)
+        causal = bool(kw.get("is_causal", args[causal_at] if len(args) > causal_at else False))
+        dropout = kw.get("dropout_p", args[dropout_at] if len(args) > dropout_at else 0.0)
+        tags = (("causal",) if causal else ()) + (("dropout",) if isinstance(dropout, float) and dropout > 0 else ())
+        return {"tags": tags}
+
+    return fields
+
+
+# (dropout_p, is_causal) positions in each attention op's schema
+ATTENTION_RECORD_EXTRA: dict[Any, Callable[..., dict]] = {
+    aten._scaled_dot_product_fused_attention_overrideable.default: _attention_tags(4, 5),
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: _attention_tags(12, 13),
+    aten._scaled_dot_product_flash_attention_for_cpu.default: _attention_tags(3, 4),
+    aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _attention_tags(6, 7),
+    aten._scaled_dot_product_attention_math.default: _attention_tags(4, 5),
 }
 
 

@@ -18,7 +18,7 @@ from torch.utils.flop_counter import flop_registry
 
 from neuron_studio.device import events as ev
 from neuron_studio.device.coverage import op_coverage
-from neuron_studio.device.emulator.attention import SPECIAL_OPS
+from neuron_studio.device.emulator.attention import ATTENTION_RECORD_EXTRA, SPECIAL_OPS
 from neuron_studio.device.emulator.memory import MemoryTracker
 
 __all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
@@ -67,7 +67,7 @@ _DATA_DEPENDENT = frozenset(
 
 _state = threading.local()
 # op -> fn(func, uargs, kwargs, out) -> OpEvent fields to set (collectives); filled by emulator.distributed.install()
-RECORD_EXTRA: dict = {}
+RECORD_EXTRA: dict = dict(ATTENTION_RECORD_EXTRA)
 
 
 class NeuronTensor(torch.Tensor):
