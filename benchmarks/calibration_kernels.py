@@ -19,6 +19,8 @@ __all__ = ["MATMUL_KERNELS", "LAYERNORM_KERNELS", "matmul_tiled", "matmul_hoist_
            "matmul_fully_optimized", "layernorm_v1", "layernorm_v2"]
 
 TM, TK, TN = 128, 128, 512  # stationary free, contraction (partitions), moving free
+# PSUM accumulators start with an overwriting matmul (accumulate=False), as the hardware's first matmul of an
+# accumulation group does, rather than a memset on the Vector Engine.
 
 
 @nki.jit
@@ -29,13 +31,13 @@ def matmul_tiled(lhsT, rhs):
     out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for m in nl.affine_range(M // TM):
         for n in nl.affine_range(N // TN):
-            acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
+            acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for k in nl.affine_range(K // TK):
                 a = nl.ndarray((TK, TM), dtype=lhsT.dtype, buffer=nl.sbuf)
                 b = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
                 nisa.dma_copy(dst=a, src=lhsT[k * TK:(k + 1) * TK, m * TM:(m + 1) * TM])
                 nisa.dma_copy(dst=b, src=rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
-                nisa.nc_matmul(acc, a, b)
+                nisa.nc_matmul(acc, a, b, accumulate=k > 0)
             res = nl.ndarray((TM, TN), dtype=lhsT.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=acc)
             nisa.dma_copy(dst=out[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res)
@@ -61,9 +63,9 @@ def matmul_hoist_load(lhsT, rhs):
                 b = nl.ndarray((TK, TN), dtype=rhs.dtype, buffer=nl.sbuf)
                 nisa.dma_copy(dst=b, src=rhs[k * TK:(k + 1) * TK, n * TN:(n + 1) * TN])
                 b_tiles.append(b)
-            acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
+            acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
             for k in nl.affine_range(KT):
-                nisa.nc_matmul(acc, a_tiles[k], b_tiles[k])
+                nisa.nc_matmul(acc, a_tiles[k], b_tiles[k], accumulate=k > 0)
             res = nl.ndarray((TM, TN), dtype=lhsT.dtype, buffer=nl.sbuf)
             nisa.tensor_copy(dst=res, src=acc)
             nisa.dma_copy(dst=out[m * TM:(m + 1) * TM, n * TN:(n + 1) * TN], src=res)
@@ -101,9 +103,9 @@ def matmul_block_free(lhsT, rhs, tiles_m=2, tiles_n=2):
                 b_blk.append(col)
             for bm in nl.affine_range(tiles_m):
                 for bn in nl.affine_range(tiles_n):
-                    acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
+                    acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
                     for k in nl.affine_range(KT):
-                        nisa.nc_matmul(acc, a_blk[bm][k], b_blk[bn][k])
+                        nisa.nc_matmul(acc, a_blk[bm][k], b_blk[bn][k], accumulate=k > 0)
                     res = nl.ndarray((TM, TN), dtype=lhsT.dtype, buffer=nl.sbuf)
                     nisa.tensor_copy(dst=res, src=acc)
                     m0, n0 = (mb * tiles_m + bm) * TM, (nb * tiles_n + bn) * TN
@@ -140,10 +142,10 @@ def matmul_fully_optimized(lhsT, rhs, tiles_m=16, tiles_n=2, tiles_k=8):
                     a_rows.append(a)
                 for bn in nl.affine_range(tiles_n):
                     for bm in nl.affine_range(tiles_m):
-                        acc = nl.zeros((TM, TN), dtype=nl.float32, buffer=nl.psum)
+                        acc = nl.ndarray((TM, TN), dtype=nl.float32, buffer=nl.psum)
                         for bk in nl.affine_range(tiles_k):
                             nisa.nc_matmul(acc, a_rows[bk][:, bm * TM:(bm + 1) * TM],
-                                           b_rows[bk][:, bn * TN:(bn + 1) * TN])
+                                           b_rows[bk][:, bn * TN:(bn + 1) * TN], accumulate=bk > 0)
                         s = sums[mb][bm][bn]
                         nisa.tensor_tensor(dst=s, data1=s, data2=acc, op=nl.add)
                 del a_rows

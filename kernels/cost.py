@@ -1,33 +1,41 @@
-"""Modeled kernel time from a `KernelTrace`: per engine, per kernel source line.
+"""Modeled kernel time from a `KernelTrace`: a schedule of the instructions over the engines of one NeuronCore.
 
-Model (deliberately simple, documented so its numbers can be read honestly):
-- Compute instruction: time = max(flops / engine peak, streamed elements / engine throughput)
-  + INSTRUCTION_OVERHEAD_CYCLES at the engine clock. For the Tensor Engine the streamed term is the moving
-  tile's free size (one column per cycle; slower in fp32 by the BF16/FP32 peak ratio, 4x), so small tiles show
-  their poor utilisation. Vector/Scalar Engines use their 16-bit width for floats of 2 bytes or fewer.
-- DMA: bytes / per-core DMA bandwidth + DMA_FIXED_NS per instruction. Per-core bandwidth = min(chip DMA,
-  chip HBM bandwidth) shared evenly by the chip's physical NeuronCores.
-- Engines run concurrently: kernel time = max over engines of their busy time. This is an optimistic overlap
-  assumption (perfect pipelining, no dependency stalls); it is a lower bound on the real kernel time.
-Hardware figures come from the one accessor (`neuron_studio.hardware`); a kernel runs on ONE PHYSICAL NeuronCore,
-i.e. `ChipSpec.core(lnc=1)` under the accessor's core convention (the interpreter does not model the LNC grid).
+Model (each figure from the hardware accessor, each assumption from `ModelConfig`; calibrated against the NKI
+tutorials' published latencies, benchmarks/bench_calibration.py):
+- Every engine (Tensor, Vector, Scalar, GpSimd) and the DMA queues execute their instructions in program order;
+  an instruction starts when its engine is free and the instructions that wrote its inputs (and last read or
+  wrote its outputs) have finished: the allocations each instruction reads and writes are in the trace. So
+  loads overlap compute when the kernel double-buffers (fresh tiles per iteration) and serialise when it does
+  not.
+- Tensor Engine: a matmul issues every max(N, MM_INIT) cycles (N = moving free size, x BF16/FP32 peak ratio in
+  FP32), or its FLOPs at peak if larger (architecture guide: initiation interval max(N, 64)).
+- Vector Engine: N cycles per input tile streamed (two-input ops ~2N) + a static overhead per instruction;
+  Scalar Engine: N cycles + its static overhead (~189 ns for a dependent one-element instruction on NC-v2);
+  N = elements / elements per cycle.
+- DMA: bytes / (per-core DMA peak x payload efficiency) occupies the queues (a transfer takes the first free
+  slot after its inputs are ready, not strictly in program order: 16 engines); the ~1.3 µs fixed latency
+  delays the consumer but not the next transfer. Efficiency = bytes-per-partition / 4 KiB (saturation), floored at the
+  fitted `ModelConfig.dma_small_payload_efficiency`.
+- Kernel time = last instruction's end + `ModelConfig.kernel_launch_overhead_ns` (preamble and completion).
+A kernel runs on ONE PHYSICAL NeuronCore (`ChipSpec.core(lnc=1)`; the interpreter does not model the LNC grid).
 """
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from neuron_studio.hardware import ChipSpec, CoreFigures, SpecError, chip_spec
+from neuron_studio.profiler.model.config import ModelConfig
 
 from .interpreter.dtypes import itemsize
-from .interpreter.trace import ENGINES, KernelTrace
+from .interpreter.trace import ENGINES, Instruction, KernelTrace
 
-__all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "kernel_core", "INSTRUCTION_OVERHEAD_CYCLES",
-           "DMA_FIXED_NS"]
+__all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "kernel_core", "instruction_ns",
+           "dma_efficiency"]
 
-INSTRUCTION_OVERHEAD_CYCLES = 64  # [assumed] fixed issue/drain cost per compute instruction, engine cycles
-DMA_FIXED_NS = 100.0  # [assumed] per dma_copy: descriptor issue; queue latency assumed hidden by the 16 DMA queues
 _FP32 = ("float32", "tfloat32")
+_TWO_INPUT = ("tensor_tensor",)
 
 
 def kernel_core(chip: str | ChipSpec) -> tuple[ChipSpec, CoreFigures]:
@@ -56,25 +64,23 @@ class LineTiming:
 
 @dataclass
 class KernelTiming:
-    """Modeled time of one kernel call."""
+    """Modeled time of one kernel call: `total_ns` is the end of the schedule plus the launch preamble;
+    `per_engine_ns` is each engine's busy time (engines overlap, so they do not add up to the total)."""
 
     kernel: str
     chip: str
     total_ns: float
     per_engine_ns: dict[str, float] = field(default_factory=dict)
     per_line: list[LineTiming] = field(default_factory=list)
+    launch_overhead_ns: float = 0.0
 
     @property
     def bound_engine(self) -> str:
-        """The engine whose busy time sets the kernel time."""
+        """The busiest engine (the one that limits the kernel when it is well pipelined)."""
         return max(self.per_engine_ns, key=self.per_engine_ns.__getitem__) if self.per_engine_ns else ""
 
     def utilization(self, engine: str) -> float:
         return self.per_engine_ns.get(engine, 0.0) / self.total_ns if self.total_ns else 0.0
-
-
-def _dma_bytes_per_ns(core: CoreFigures) -> float:
-    return min(core.dma_bytes, core.hbm_bytes) / 1e9
 
 
 def _narrow(dtype: str) -> bool:
@@ -86,52 +92,128 @@ def _narrow(dtype: str) -> bool:
         return False
 
 
+def dma_efficiency(bytes_per_partition: float, spec: ChipSpec, config: ModelConfig) -> float:
+    """Fraction of the per-core DMA peak a transfer with this contiguous payload per partition reaches."""
+    sat = float(spec.dma_saturation_bytes_per_partition or 4096)
+    return min(1.0, max(config.dma_small_payload_efficiency, bytes_per_partition / sat))
+
+
+def _bytes_per_partition(nbytes: int, shapes: tuple[tuple[int, ...], ...], pmax: int) -> float:
+    parts = max((s[0] for s in shapes if s and s[0] <= pmax), default=1)
+    return nbytes / max(1, parts)
+
+
 def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: int, cycles_hint: int,
-                   spec: ChipSpec, core: CoreFigures | None = None) -> float:
-    """Modeled time of one instruction on `engine` on one physical core of `spec` (see module docstring)."""
+                   spec: ChipSpec, core: CoreFigures | None = None, *, opcode: str = "",
+                   shapes: tuple[tuple[int, ...], ...] = (), config: ModelConfig | None = None) -> float:
+    """Time `engine` is busy with one instruction on one physical core of `spec` (see module docstring).
+
+    For DMA this is the queue occupancy; the fixed DMA latency is added by the schedule, not here."""
     core = core or spec.core(1)
+    cfg = config or ModelConfig()
     if engine == "dma":
-        return nbytes / _dma_bytes_per_ns(core) + DMA_FIXED_NS
+        bpp = _bytes_per_partition(nbytes, shapes, spec.partition_max or 128)
+        return nbytes / (float(spec.core_dma_bandwidth_bytes_per_s or core.dma_bytes) / 1e9
+                         * dma_efficiency(bpp, spec, cfg))
     if engine == "tensor":
         fp32 = dtype in _FP32
         peak = (core.tensor_fp32_flops if fp32 else core.tensor_bf16_flops) / 1e9  # flops per ns
         slowdown = round(core.tensor_bf16_flops / core.tensor_fp32_flops) if fp32 else 1
         clock = spec.tensor_engine_clock_hz / 1e9
-        return max(flops / peak, cycles_hint * slowdown / clock) + INSTRUCTION_OVERHEAD_CYCLES / clock
+        cycles = max(cycles_hint * slowdown, float(spec.tensor_mm_init_cycles or 0))
+        return max(flops / peak, cycles / clock)
     narrow = _narrow(dtype)
     if engine == "vector":
         per_cycle = spec.vector_elems_per_cycle_16bit if narrow else spec.vector_elems_per_cycle_32bit
         clock = spec.vector_clock_hz / 1e9
+        static = float(spec.vector_static_overhead_cycles or 0)
     elif engine == "scalar":
         per_cycle = spec.scalar_elems_per_cycle_16bit if narrow else spec.scalar_elems_per_cycle_32bit
         clock = spec.scalar_clock_hz / 1e9
-    else:  # gpsimd and anything unknown
+        static = float(spec.scalar_static_overhead_cycles or 0)
+    else:  # gpsimd: no published rule of thumb; the Vector Engine's static overhead is assumed
         per_cycle, clock = spec.gpsimd_elems_per_cycle, spec.gpsimd_clock_hz / 1e9
-    # Element-wise engines do ~1 op per element per lane, so the throughput term dominates the flops term.
-    return max(elements, flops / 2) / (per_cycle * clock) + INSTRUCTION_OVERHEAD_CYCLES / clock
+        static = float(spec.vector_static_overhead_cycles or 0)
+    passes = 2 if (engine == "vector" and opcode.startswith(_TWO_INPUT)) else 1
+    return (passes * elements / per_cycle + static) / clock
 
 
-def kernel_time(trace: KernelTrace, chip: str | None = None) -> KernelTiming:
+class _Queues:
+    """Busy intervals of the DMA queues (merged, sorted). A transfer takes the first gap that fits after its
+    inputs are ready: the compiler spreads transfers over 16 DMA engines, so one waiting on a producer does not
+    hold back later, independent ones (loads of the next tile while this tile's store waits)."""
+
+    def __init__(self) -> None:
+        self.starts: list[float] = []
+        self.ends: list[float] = []
+
+    def reserve(self, earliest: float, dur: float) -> float:
+        i = bisect.bisect_right(self.ends, earliest)
+        t = earliest
+        while i < len(self.starts) and self.starts[i] < t + dur:
+            t = max(t, self.ends[i])
+            i += 1
+        # insert [t, t + dur) at i, merging with touching neighbours
+        s, e = t, t + dur
+        j = i
+        if i > 0 and self.ends[i - 1] >= s:
+            i -= 1
+            s = self.starts[i]
+        while j < len(self.starts) and self.starts[j] <= e:
+            e = max(e, self.ends[j])
+            j += 1
+        self.starts[i:j] = [s]
+        self.ends[i:j] = [e]
+        return t
+
+
+def kernel_time(trace: KernelTrace, chip: str | None = None, config: ModelConfig | None = None) -> KernelTiming:
     """Model the time of `trace` on `chip` (default: the chip the trace was recorded for)."""
     chip = chip or trace.chip
+    cfg = config or ModelConfig()
     spec, core = kernel_core(chip)
-    per_engine: dict[str, float] = {e: 0.0 for e in ENGINES}
+    latency = float(spec.dma_fixed_latency_ns or 0.0)
+    free = {e: 0.0 for e in ENGINES}          # when each engine's queue is free
+    busy = {e: 0.0 for e in ENGINES}
+    ready: dict[int, float] = {}              # buffer -> end of its last write
+    last_read: dict[int, float] = {}          # buffer -> end of its last read
     lines: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
+    dma = _Queues()
+    end = 0.0
+    ins: Instruction
     for ins in trace.instructions:
-        ns = instruction_ns(ins.engine, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core)
-        per_engine[ins.engine] = per_engine.get(ins.engine, 0.0) + ns
+        eng = ins.engine if ins.engine in free else "gpsimd"
+        dur = instruction_ns(eng, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
+                             opcode=ins.opcode, shapes=ins.shapes, config=cfg)
+        start = 0.0 if eng == "dma" else free[eng]
+        for b in ins.reads:
+            start = max(start, ready.get(b, 0.0))
+        for b in ins.writes:
+            start = max(start, ready.get(b, 0.0), last_read.get(b, 0.0))
+        if eng == "dma":
+            start = dma.reserve(start, dur)
+            done = start + dur + latency
+        else:
+            done = start + dur
+            free[eng] = done
+        busy[eng] += dur
+        for b in ins.reads:
+            last_read[b] = max(last_read.get(b, 0.0), done)
+        for b in ins.writes:
+            ready[b] = done
+        end = max(end, done)
         acc = lines[(ins.file, ins.line)]
-        acc[0] += ns
+        acc[0] += dur
         acc[1] += 1
-    per_line = sorted((LineTiming(f, ln, v[0], int(v[1])) for (f, ln), v in lines.items()),
-                      key=lambda t: -t.ns)
-    total = max(per_engine.values()) if per_engine else 0.0
-    return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=total, per_engine_ns=per_engine,
-                        per_line=per_line)
+    per_line = sorted((LineTiming(f, ln, v[0], int(v[1])) for (f, ln), v in lines.items()), key=lambda t: -t.ns)
+    launch = cfg.kernel_launch_overhead_ns if trace.instructions else 0.0
+    return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=end + launch, per_engine_ns=busy,
+                        per_line=per_line, launch_overhead_ns=launch)
 
 
-def roofline_ns(flops: float, nbytes: float, chip: str = "trn2", dtype: str = "bfloat16") -> float:
-    """Op-level roofline on one physical NeuronCore: max(flops / Tensor Engine peak, bytes / per-core bandwidth)."""
+def roofline_ns(flops: float, nbytes: float, chip: str | ChipSpec = "trn2", dtype: str = "bfloat16") -> float:
+    """Op-level roofline on one physical NeuronCore: max(flops / Tensor Engine peak, bytes / what the core can
+    stream from HBM: min(its HBM share, its DMA engines' peak))."""
     _, core = kernel_core(chip)
     peak = (core.tensor_fp32_flops if dtype in _FP32 else core.tensor_bf16_flops) / 1e9
-    return max(flops / peak, nbytes / _dma_bytes_per_ns(core))
+    return max(flops / peak, nbytes / (core.stream_bytes / 1e9))

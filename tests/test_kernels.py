@@ -119,7 +119,8 @@ def test_time_is_monotone_in_size_for_every_kernel():
 def test_fp32_matmul_is_slower_than_bf16_and_timing_fields():
     bf, fp = _matmul_ns(512, dtype=torch.bfloat16), _matmul_ns(512, dtype=torch.float32)
     assert fp.per_engine_ns["tensor"] > 3 * bf.per_engine_ns["tensor"]
-    assert bf.total_ns == max(bf.per_engine_ns.values())
+    # engines overlap: the schedule is at least the busiest engine plus the launch preamble
+    assert bf.total_ns >= max(bf.per_engine_ns.values()) + bf.launch_overhead_ns > 0
     assert bf.bound_engine in bf.per_engine_ns
     assert abs(sum(line.ns for line in bf.per_line) - sum(bf.per_engine_ns.values())) < 1e-6 * bf.total_ns
     top = bf.per_line[0]

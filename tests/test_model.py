@@ -88,14 +88,19 @@ def test_fp32_matmul_runs_at_fp32_rate() -> None:
     assert f32 / bf == pytest.approx(s.core_tensor_bf16_flops_per_s / s.core_tensor_fp32_flops_per_s)
 
 
-def test_trn3_vs_trn2_hbm_bound_ratio_is_bandwidth_ratio() -> None:
+def test_memory_bound_ops_stream_at_min_of_hbm_share_and_the_cores_dma_engines() -> None:
+    """A logical core streams HBM through its own DMA engines: min(chip HBM / cores, core DMA peak x LNC)."""
     n = GiB // 4
     e = [ev(1, "aten::add", ins=((n,), (n,)))]
     t2 = model_run(e, chip="trn2", config=IDEAL).ops["duration_ns"][0]
     t3 = model_run(e, chip="trn3", config=IDEAL).ops["duration_ns"][0]
-    assert t2 / t3 == pytest.approx(4.9e12 / 2.9e12)
-    over = model_run(e, chip="trn2", config=IDEAL, spec_overrides={"hbm_bandwidth_bytes_per_s": 4.9e12})
+    assert t2 / t3 == pytest.approx(min(4.9e12 / 4, 2 * 528e9) / min(2.9e12 / 4, 2 * 368e9))
+    over = model_run(e, chip="trn2", config=IDEAL, spec_overrides={"hbm_bandwidth_bytes_per_s": 4.9e12,
+                                                                   "core_dma_bandwidth_bytes_per_s": 528e9})
     assert over.ops["duration_ns"][0] == pytest.approx(t3)
+    # Trn1: 820 GiB/s HBM shared by 2 cores would allow 440 GB/s; one core's 16 DMA engines move 272 GB/s
+    t1 = model_run(e, chip="trn1", config=IDEAL).ops["duration_ns"][0]
+    assert t1 == pytest.approx(3 * GiB / 272e9 * 1e9)
 
 
 def test_matmul_flops_from_shapes_when_device_reports_zero() -> None:

@@ -322,14 +322,16 @@ def test_kernel_cost_model_reads_the_accessor(chip: str) -> None:
     assert core.hbm_bytes == spec.hbm_bandwidth_bytes_per_s / spec.neuron_cores_per_chip
     # Scalar Engine on 16-bit data: the documented width (Trn3: 256/cycle, which kernels/cost.py had as 128).
     ns = cost.instruction_ns("scalar", "bfloat16", 1 << 20, 0, 0, 0, spec)
-    overhead = cost.INSTRUCTION_OVERHEAD_CYCLES / (spec.scalar_clock_hz / 1e9)
+    overhead = spec.scalar_static_overhead_cycles / (spec.scalar_clock_hz / 1e9)
     assert ns - overhead == pytest.approx((1 << 20) / (spec.scalar_elems_per_cycle_16bit * spec.scalar_clock_hz / 1e9))
     # Overriding a figure through the accessor moves the kernel model.
-    fast = chip_spec(chip, overrides={"dma_bandwidth_bytes_per_s": 2 * spec.dma_bandwidth_bytes_per_s,
-                                      "hbm_bandwidth_bytes_per_s": 2 * spec.hbm_bandwidth_bytes_per_s})
-    dma = lambda s: cost.instruction_ns("dma", "bfloat16", 0, 0, 1 << 24, 0, s) - cost.DMA_FIXED_NS  # noqa: E731
+    fast = chip_spec(chip, overrides={"core_dma_bandwidth_bytes_per_s": 2 * spec.core_dma_bandwidth_bytes_per_s,
+                                      "hbm_bandwidth_bytes_per_s": 4 * spec.hbm_bandwidth_bytes_per_s})
+    big = ((128, 1 << 16),)   # 128 partitions x 64 KiB: a saturating payload
+    dma = lambda s: cost.instruction_ns("dma", "bfloat16", 0, 0, 1 << 23, 0, s, shapes=big)  # noqa: E731
     assert dma(spec) == pytest.approx(2 * dma(fast))
-    assert cost.roofline_ns(0, 1 << 24, fast) == pytest.approx(dma(fast))
+    assert dma(spec) == pytest.approx((1 << 23) / spec.core_dma_bandwidth_bytes_per_s * 1e9)
+    assert cost.roofline_ns(0, 1 << 23, fast) == pytest.approx(dma(fast))
 
 
 def test_trn3_scalar_figure_unified() -> None:
@@ -340,7 +342,7 @@ def test_trn3_scalar_figure_unified() -> None:
     # Same clock (1.2 GHz) on both chips: the Trn3 16-bit Scalar instruction streams twice as fast.
     t2 = cost.instruction_ns("scalar", "bfloat16", 1 << 20, 0, 0, 0, trn2)
     t3 = cost.instruction_ns("scalar", "bfloat16", 1 << 20, 0, 0, 0, trn3)
-    over = cost.INSTRUCTION_OVERHEAD_CYCLES / 1.2
+    over = trn2.scalar_static_overhead_cycles / 1.2
     assert (t2 - over) == pytest.approx(2 * (t3 - over))
 
 
@@ -352,9 +354,11 @@ def test_op_model_reads_the_accessor(chip: str) -> None:
     rates = core_rates(spec, ModelConfig())
     core = spec.core()
     assert rates.lnc == core.lnc == spec.lnc_default
-    assert rates.tensor_flops == (core.tensor_bf16_flops, core.tensor_fp8_flops, core.tensor_fp32_flops)
+    assert rates.tensor_flops == (core.tensor_bf16_flops, core.tensor_fp8_flops, core.tensor_fp32_flops,
+                                  core.tensor_mxfp8_flops)
     assert rates.tensor_flops[0] == spec.core_tensor_bf16_flops_per_s * spec.lnc_default
-    assert rates.hbm_bytes == spec.hbm_bandwidth_bytes_per_s / spec.logical_cores_per_chip()
+    # streaming rate: the core's HBM share, limited by its own DMA engines where the spec gives them
+    assert rates.hbm_bytes == core.stream_bytes <= spec.hbm_bandwidth_bytes_per_s / spec.logical_cores_per_chip()
     assert rates.scalar_elems == (core.scalar_elems_32bit, core.scalar_elems_16bit)
 
 
@@ -370,7 +374,7 @@ def test_op_and_kernel_models_count_cores_the_same_way() -> None:
             rates = core_rates(spec, ModelConfig(lnc=lnc))
             assert rates.tensor_flops[0] == pytest.approx(lnc * physical.tensor_bf16_flops)
             assert rates.vector_elems[1] == pytest.approx(lnc * physical.vector_elems_16bit)
-            assert rates.hbm_bytes == pytest.approx(lnc * physical.hbm_bytes)
+            assert rates.hbm_bytes == pytest.approx(lnc * physical.stream_bytes)
             assert rates.dma_bytes == pytest.approx(lnc * physical.dma_bytes)
 
 

@@ -1,0 +1,278 @@
+"""Issue 16: the model against published measurements, and the invariants any modeled figure must keep.
+
+The calibration benchmark itself (benchmarks/bench_calibration.py) takes minutes; these tests check the data
+set, the model's documented mechanisms (each one a defect the calibration exposed) and the invariants.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuron_studio.device.events import OpEvent
+from neuron_studio.hardware import chip_spec
+from neuron_studio.kernels import kernel_time
+from neuron_studio.kernels.interpreter import isa as nisa
+from neuron_studio.kernels.interpreter import language as nl
+from neuron_studio.kernels.interpreter.jit import JitKernel
+from neuron_studio.profiler.model import ModelConfig, model_run
+from neuron_studio.profiler.model.calibration import (
+    CALIBRATION_PATH, CalibrationError, geomean_error, load_calibration,
+)
+
+
+def ev(seq: int, name: str = "aten::add", ins=((1024,),), outs=None, dt: str = "float32", **kw) -> OpEvent:
+    outs = ins[:1] if outs is None else outs
+    fields = dict(seq=seq, name=name, overload="default", start_ns=seq * 1000, end_ns=seq * 1000 + 500, thread=0,
+                  device_index=0, input_shapes=tuple(ins), input_dtypes=(dt,) * len(ins),
+                  output_shapes=tuple(outs), output_dtypes=(dt,) * len(outs))
+    fields.update(kw)
+    return OpEvent(**fields)
+
+
+# -- the data set ------------------------------------------------------------------------------------------
+def test_calibration_rows_name_their_source_and_cover_the_published_figures() -> None:
+    rows = {r.id: r for r in load_calibration()}
+    for rid, value in (("nki_matmul_tiled", 51800), ("nki_matmul_hoist_load", 42960),
+                       ("nki_matmul_block_free", 22070), ("nki_matmul_fully_optimized", 6970),
+                       ("nki_layernorm_v1", 2311), ("nki_layernorm_v2", 1969), ("nccom_allreduce_2r_1KiB", 58),
+                       ("nccom_allreduce_2r_64MiB", 1214), ("nccom_allreduce_2r_1GiB", 18930),
+                       ("nccom_allreduce_64r2n_1GiB", 41806), ("bert_large_ph1_step", 133800)):
+        assert rows[rid].value == value
+    for r in rows.values():
+        assert "aws-neuron/aws-neuron-sdk:" in r.source and r.hardware and r.chip in ("trn1", "trn2", "trn3")
+        assert r.in_fit or r.not_matched
+
+
+def test_calibration_loader_rejects_rows_without_a_reason_to_be_left_out(tmp_path) -> None:
+    doc = json.loads(CALIBRATION_PATH.read_text())
+    doc["rows"][0]["in_fit"] = False
+    doc["rows"][0].pop("not_matched", None)
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps(doc))
+    with pytest.raises(CalibrationError, match="out of the fit but says not why"):
+        load_calibration(p)
+    assert geomean_error([2.0, 0.5]) == pytest.approx(2.0)
+    assert geomean_error([1.0]) == 1.0
+
+
+# -- kernel model ------------------------------------------------------------------------------------------
+@JitKernel
+def _add_kernel(a, b):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    y = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=x, src=a)
+    nisa.dma_copy(dst=y, src=b)
+    nisa.tensor_tensor(dst=x, data1=x, data2=y, op=nl.add)
+    nisa.dma_copy(dst=out, src=x)
+    return out
+
+
+def _copy_kernel_for(tile_cols: int):
+    @JitKernel
+    def copy(a):
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+        for j in range(a.shape[1] // tile_cols):
+            t = nl.ndarray((128, tile_cols), dtype=a.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=t, src=a[:, j * tile_cols:(j + 1) * tile_cols])
+            nisa.dma_copy(dst=out[:, j * tile_cols:(j + 1) * tile_cols], src=t)
+        return out
+    return copy
+
+
+def test_small_kernel_pays_launch_and_dependent_dma_latencies() -> None:
+    """load -> add -> store is a chain: two DMA latencies plus the launch preamble (old model: 1.2 µs)."""
+    a = np.ones((128, 512), np.float32)
+    _, trace = _add_kernel.run(a, a, chip="trn1")
+    t = kernel_time(trace, "trn1")
+    spec = chip_spec("trn1")
+    assert t.total_ns >= 2 * spec.dma_fixed_latency_ns + ModelConfig().kernel_launch_overhead_ns
+    assert t.launch_overhead_ns == ModelConfig().kernel_launch_overhead_ns
+
+
+def test_dma_payload_size_sets_the_achieved_bandwidth() -> None:
+    """The same 2 MiB moved as 128 x 256 B tiles is slower than as 128 x 4 KiB tiles (DMA bandwidth guide)."""
+    a = np.ones((128, 4096), np.float32)
+    small = kernel_time(_copy_kernel_for(64).run(a, chip="trn1")[1], "trn1").per_engine_ns["dma"]
+    large = kernel_time(_copy_kernel_for(1024).run(a, chip="trn1")[1], "trn1").per_engine_ns["dma"]
+    cfg = ModelConfig()
+    assert small == pytest.approx(large / cfg.dma_small_payload_efficiency, rel=1e-6)
+    per_core = chip_spec("trn1").core_dma_bandwidth_bytes_per_s
+    assert large == pytest.approx(2 * a.nbytes / per_core * 1e9, rel=1e-6)   # 272 GB/s per core, not 440
+
+
+def test_vector_two_input_ops_cost_two_passes_and_every_instruction_a_static_overhead() -> None:
+    from neuron_studio.kernels import cost
+    spec = chip_spec("trn1")
+    one = cost.instruction_ns("vector", "float32", 128 * 4096, 0, 0, 0, spec, opcode="tensor_scalar")
+    two = cost.instruction_ns("vector", "float32", 128 * 4096, 0, 0, 0, spec, opcode="tensor_tensor.add")
+    static = spec.vector_static_overhead_cycles / (spec.vector_clock_hz / 1e9)
+    assert two - static == pytest.approx(2 * (one - static))
+    tiny = cost.instruction_ns("scalar", "float32", 128, 0, 0, 0, spec)
+    assert tiny == pytest.approx(189, rel=0.01)   # ~189 ns per dependent one-element ScalarE instruction
+
+
+# -- op model: attention, FP8, collectives -------------------------------------------------------------------
+def _sdpa(causal: bool, seq: int = 2048) -> OpEvent:
+    q = (4, 16, seq, 64)
+    return ev(1, "aten::_scaled_dot_product_fused_attention_overrideable", ins=(q, q, q), outs=(q,),
+              dt="bfloat16", tags=("causal",) if causal else ())
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2", "trn3"])
+def test_causal_attention_is_cheaper_than_full_attention(chip: str) -> None:
+    full = model_run([_sdpa(False)], chip=chip).ops["duration_ns"][0]
+    causal = model_run([_sdpa(True)], chip=chip).ops["duration_ns"][0]
+    assert causal < 0.6 * full
+
+
+def test_attention_exp_runs_on_the_scalar_engine() -> None:
+    """With head dim 64 the Scalar Engine's exp over the scores, not the matmuls, bounds attention on Trn1."""
+    spec = chip_spec("trn1")
+    d = model_run([_sdpa(False)], chip="trn1", config=ModelConfig(tensor_efficiency=1, scalar_efficiency=1))
+    scores = 4 * 16 * 2048 * 2048
+    assert d.ops["compute_ns"][0] == pytest.approx(scores / (spec.scalar_elems_per_cycle_16bit
+                                                            * spec.scalar_clock_hz) * 1e9)
+
+
+def test_captured_causal_attention_is_tagged_and_cheaper() -> None:
+    import neuron_studio  # noqa: F401
+    from neuron_studio.profiler.capture import profile
+
+    q = torch.randn(1, 2, 256, 32, device="neuron")
+    steps = {}
+    for causal in (False, True):
+        prof = profile(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=causal),
+                       chip="trn2", host_events=False)
+        att = prof.trace.ops[prof.trace.ops["name"].str.contains("scaled_dot_product")]
+        assert len(att) == 1
+        steps[causal] = model_run(prof.trace.ops, chip="trn2").ops["compute_ns"][
+            int(np.flatnonzero(prof.trace.ops["name"].str.contains("scaled_dot_product").to_numpy())[0])]
+    assert steps[True] < steps[False]
+
+
+def test_trn3_plain_fp8_runs_on_the_bf16_datapath_and_mxfp8_at_four_times() -> None:
+    m = 4096
+    cfg = ModelConfig(tensor_efficiency=1.0)
+    mm = lambda dt, scale=None: OpEvent(  # noqa: E731
+        seq=1, name="aten::_scaled_mm", overload="default", start_ns=0, end_ns=1, thread=0, device_index=0,
+        input_shapes=((m, m), (m, m)) + (((m, m // 32),) * 2 if scale else ()),
+        input_dtypes=(dt, dt) + ((scale, scale) if scale else ()), output_shapes=((m, m),),
+        output_dtypes=("bfloat16",), flops=2 * m ** 3)
+    bf = model_run([ev(1, "aten::mm", ins=((m, m), (m, m)), outs=((m, m),), dt="bfloat16")], chip="trn3",
+                   config=cfg).ops["compute_ns"][0]
+    fp8 = model_run([mm("float8_e4m3fn")], chip="trn3", config=cfg).ops["compute_ns"][0]
+    mx = model_run([mm("float8_e4m3fn", "float8_e8m0fnu")], chip="trn3", config=cfg).ops["compute_ns"][0]
+    assert fp8 == pytest.approx(bf)
+    spec = chip_spec("trn3")
+    assert mx == pytest.approx(bf * spec.core_tensor_bf16_flops_per_s / spec.core_tensor_mxfp8_flops_per_s)
+    assert spec.core_tensor_mxfp8_flops_per_s == pytest.approx(4 * spec.core_tensor_bf16_flops_per_s, rel=0.01)
+    fp8_trn2 = model_run([mm("float8_e4m3fn")], chip="trn2", config=cfg).ops["compute_ns"][0]
+    bf_trn2 = model_run([ev(1, "aten::mm", ins=((m, m), (m, m)), outs=((m, m),), dt="bfloat16")], chip="trn2",
+                        config=cfg).ops["compute_ns"][0]
+    assert fp8_trn2 == pytest.approx(bf_trn2 / 2)   # Trn2's double-row FP8
+
+
+def _allreduce(nbytes: int) -> OpEvent:
+    return ev(1, "c10d::allreduce_", ins=((nbytes // 4,),), transfer_bytes=nbytes, tags=("collective",))
+
+
+def test_collectives_match_nccom_test_on_trn1() -> None:
+    for ranks, local, nbytes, published_us in ((2, 2, 1 << 30, 18930), (2, 2, 1 << 26, 1214),
+                                                (2, 2, 1024, 58), (64, 32, 1 << 30, 41806), (64, 32, 1 << 26, 3963)):
+        run = model_run([_allreduce(nbytes)], chip="trn1", world_size=ranks, local_world_size=local)
+        assert 1 / 1.25 < run.ops["duration_ns"][0] / 1e3 / published_us < 1.25
+
+
+def test_profile_inside_a_distributed_job_knows_the_world_size(monkeypatch) -> None:
+    from neuron_studio.profiler import capture
+
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda group=None: 8)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert capture._job_size() == {"world_size": 8, "local_world_size": 4}
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_WORLD_SIZE")
+    assert capture._job_size() == {"world_size": 2}
+
+
+# -- invariants --------------------------------------------------------------------------------------------
+_DTYPES = ["float32", "bfloat16", "float8_e4m3fn"]
+_OPS = ["aten::mm", "aten::add", "aten::exp", "c10d::allreduce_", "aten::_softmax", "aten::gather"]
+
+
+@st.composite
+def _job(draw):
+    n = draw(st.integers(1, 12))
+    events = []
+    for i in range(n):
+        name = draw(st.sampled_from(_OPS))
+        dt = draw(st.sampled_from(_DTYPES))
+        m = draw(st.sampled_from([16, 128, 1024, 4096]))
+        if name == "aten::mm":
+            events.append(ev(i + 1, name, ins=((m, m), (m, m)), outs=((m, m),), dt=dt))
+        elif name.startswith("c10d::"):
+            events.append(dataclasses.replace(_allreduce(m * m * 4), seq=i + 1))
+        else:
+            events.append(ev(i + 1, name, ins=((m, m),), dt=dt))
+    return events
+
+
+@settings(max_examples=60, deadline=None)
+@given(_job(), st.sampled_from(["trn1", "trn2", "trn3"]), st.sampled_from(["eager", "adaptive", "compile"]),
+       st.sampled_from([1, 2, 64]))
+def test_mfu_and_mbu_never_exceed_one(events, chip, mode, world) -> None:
+    s = model_run(events, chip=chip, mode=mode, world_size=world, local_world_size=32).summary
+    assert 0.0 <= s.mfu <= 1.0 + 1e-9
+    assert 0.0 <= s.mbu <= 1.0 + 1e-9
+
+
+def test_fp8_mfu_is_against_the_fp8_peak() -> None:
+    m = 8192
+    mm = ev(1, "aten::mm", ins=((m, m), (m, m)), outs=((m, m),), dt="float8_e4m3fn")
+    s = model_run([mm], chip="trn2", config=ModelConfig(tensor_efficiency=1.0)).summary
+    assert s.mfu <= 1.0 and s.mfu > 0.9
+
+
+@settings(max_examples=40, deadline=None)
+@given(_job(), st.sampled_from(["trn1", "trn2", "trn3"]))
+def test_compiled_never_slower_than_adaptive_never_slower_than_eager(events, chip) -> None:
+    eager = model_run(events, chip=chip, mode="eager").summary.step_time_ns
+    adaptive = model_run(events, chip=chip, mode="adaptive").summary.step_time_ns
+    graph = [dataclasses.replace(e, graph=0) for e in events]
+    compiled = model_run(graph, chip=chip, mode="compile").summary.step_time_ns
+    assert compiled <= adaptive * (1 + 1e-9) and adaptive <= eager * (1 + 1e-9)
+
+
+def test_modeled_step_does_not_depend_on_machine_load() -> None:
+    """The same program recorded on an idle and on a loaded machine (host times x50) models the same step,
+    CPU fallbacks included."""
+    base = [ev(1, "aten::mm", ins=((512, 512), (512, 512)), outs=((512, 512),)),
+            ev(2, "aten::bernoulli_", ins=((1 << 20,),), fallback="rng"),
+            ev(3, "aten::native_dropout", ins=((1 << 20,),)),
+            ev(4, "aten::_unique2", ins=((4096,),), fallback="data_dependent_shape")]
+    loaded = [dataclasses.replace(e, start_ns=e.start_ns * 50, end_ns=e.start_ns * 50 + 50 * (e.end_ns - e.start_ns))
+              for e in base]
+    for mode in ("eager", "adaptive", "compile"):
+        a = model_run(base, chip="trn2", mode=mode).summary.step_time_ns
+        b = model_run(loaded, chip="trn2", mode=mode).summary.step_time_ns
+        assert a == b
+
+
+def test_dropout_is_a_device_op_with_a_host_drawn_mask() -> None:
+    n = 1 << 22
+    drop = model_run([ev(1, "aten::native_dropout", ins=((n,),))], chip="trn2")
+    cfg = drop.config
+    assert drop.ops["engine"][0] == "vector" and drop.summary.fallback_ops == 0
+    mask_ns = n / cfg.host_rng_elems_per_s * 1e9 + n / cfg.host_link_bytes_per_s * 1e9
+    plain = model_run([ev(1, "aten::mul", ins=((n,),))], chip="trn2").ops["duration_ns"][0]
+    assert drop.ops["duration_ns"][0] >= plain + mask_ns
+    assert not math.isnan(drop.summary.step_time_ns)
