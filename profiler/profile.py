@@ -58,6 +58,19 @@ def default_kernel_lookup(op: str, module: str, module_class: str | None = None)
     return [asdict(m) for m in lookup(op, module_path=module or None, module_class=module_class)]
 
 
+def default_kernel_factor(kernel: str, chip: str) -> float | None:
+    """How far above its roofline a studio kernel runs by the kernel model (None: not modeled, e.g. no
+    reference call or the kernels package is unavailable)."""
+    try:
+        from neuron_studio.kernels.efficiency import roofline_factor
+    except ImportError:
+        return None
+    try:
+        return roofline_factor(kernel, chip)
+    except (ValueError, RuntimeError):
+        return None
+
+
 class Profile:
     """Analyses of one run. Build with `Profile.from_trace(trace)`."""
 
@@ -168,8 +181,9 @@ class Profile:
                 return self.kernel_lookup(op, "", None)
 
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
+        chip = self.trace.chip
         _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.device_run.config.launch_overhead_ns(
-            self.trace.mode))
+            self.trace.mode), kernel_factor=lambda k: default_kernel_factor(k, chip))
         return hot
 
     def cpu_fallbacks(self) -> pd.DataFrame:

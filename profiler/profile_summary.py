@@ -29,6 +29,21 @@ def _int(v: Any) -> int:
     return int(f) if f is not None else 0
 
 
+def _uncertainty(prof: Any) -> dict[str, Any]:
+    """Modeled runs: the step time's range under the unmeasured assumptions, what drives it, and the model's
+    calibration error against published measurements. Measured runs carry none of these."""
+    if not prof.modeled_figures:
+        return {}
+    s = prof.summary
+    steps = prof.steps
+    low, high = getattr(s, "step_time_low_ns", 0.0), getattr(s, "step_time_high_ns", 0.0)
+    return {
+        "step_time_range_ns": [_num(low / steps), _num(high / steps)] if high > 0 else None,
+        "range_drivers": dict(getattr(s, "range_drivers", {}) or {}),
+        "calibration_error": _num(getattr(s, "calibration_error", None)),
+    }
+
+
 def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = None, cell_key: str | None = None,
                     notebook: str | None = None, status: str | None = None, compare: dict | None = None,
                     warnings: list[str] | None = None, timeline_bins: int = 60) -> dict[str, Any]:
@@ -66,6 +81,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "status": status or meta.get("status", "ok"),
         "steps": steps,
         "step_time_ns": _num(prof.step_time_ns),
+        **_uncertainty(prof),
         "host_time_ns": _num(prof.host_time_ns),
         "mfu": _num(s.mfu),
         "mbu": _num(s.mbu),

@@ -291,7 +291,14 @@ function header(p: IProfilePayload): HTMLElement {
     el('span', { class: 'ns-Tag', text: `mode: ${p.mode}` }),
     el('span', { class: 'ns-Tag', text: `chip: ${p.chip}` }),
     el('span', { class: 'ns-Tag', text: `backend: ${p.backend}` }),
-    p.modeled ? el('span', { class: 'ns-Tag ns-Modeled', text: 'modeled' }) : null,
+    p.modeled
+      ? el('span', {
+          class: 'ns-Tag ns-Modeled',
+          text: isNum(p.calibration_error)
+            ? `modeled (±${Math.round((p.calibration_error - 1) * 100)}% vs published)`
+            : 'modeled'
+        })
+      : null,
     p.status && p.status !== 'ok'
       ? el('span', { class: `ns-Tag ns-Status-${p.status}`, text: p.status })
       : null
@@ -317,6 +324,16 @@ function badges(p: IProfilePayload): HTMLElement | null {
   );
 }
 
+/** "range 1.2 ms – 3.4 ms (launch cost ...)" when the step time rests on unmeasured assumptions. */
+function stepRange(p: IProfilePayload): string | undefined {
+  const r = p.step_time_range_ns;
+  if (!p.modeled || !r || !isNum(r[0]) || !isNum(r[1]) || r[1] <= r[0]) {
+    return undefined;
+  }
+  const drivers = Object.values(p.range_drivers ?? {});
+  return `range ${fmtNs(r[0])} – ${fmtNs(r[1])}` + (drivers.length ? ` (${drivers.join('; ')})` : '');
+}
+
 function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLElement {
   const compare = p.compare;
   const metrics = el(
@@ -325,7 +342,9 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     metric(
       p.modeled ? 'step time (modeled)' : 'step time',
       fmtNs(p.step_time_ns),
-      compare ? `${fmtSignedPct(compare.step_time_delta_pct)} vs run #${compare.run_id}` : undefined
+      compare
+        ? `${fmtSignedPct(compare.step_time_delta_pct)} vs run #${compare.run_id}`
+        : stepRange(p)
     ),
     metric('MFU', fmtPct(p.mfu)),
     metric('MBU', fmtPct(p.mbu)),

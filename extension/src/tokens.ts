@@ -133,6 +133,12 @@ export interface IProfilePayload {
   modeled: boolean;
   status: string;
   step_time_ns: number | null;
+  /** Modeled runs: step time with the unmeasured assumptions at their low / high plausible values. */
+  step_time_range_ns?: [number | null, number | null] | null;
+  /** Assumption -> what its range is (names what drives the step-time range). */
+  range_drivers?: Record<string, string>;
+  /** Geometric-mean error of the model against published measurements (1.0 = exact). */
+  calibration_error?: number | null;
   host_time_ns?: number | null;
   mfu: number | null;
   mbu: number | null;

@@ -86,10 +86,24 @@ def measured_view(s: dict) -> dict[str, Any] | None:
             "derived": [k for k, v in figures.items() if v in ("derived", "modeled")]}
 
 
+def _step_range(s: dict) -> str:
+    """' (lo–hi)' when a modeled step time rests on unmeasured assumptions, else ''."""
+    r = s.get("step_time_range_ns")
+    if not isinstance(r, (list, tuple)) or len(r) != 2:
+        return ""
+    lo, hi = as_number(r[0]), as_number(r[1])
+    if lo is None or hi is None or hi <= lo:
+        return ""
+    return f" ({fmt_ns(lo)}–{fmt_ns(hi)})"
+
+
 def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
     cost = s.get("cost") if isinstance(s.get("cost"), dict) else {}
+    err = as_number(s.get("calibration_error")) if modeled else None
+    label = "step time" + ((" (modeled)" + (f" ±{(err - 1) * 100:.0f}% calibration error" if err else ""))
+                           if modeled else "")
     return [
-        ("step time" + (" (modeled)" if modeled else ""), fmt_ns(s.get("step_time_ns"))),
+        (label, fmt_ns(s.get("step_time_ns")) + (_step_range(s) if modeled else "")),
         ("host time/step", fmt_ns(s.get("host_time_ns"))),
         ("MFU", fmt_pct(s.get("mfu"))), ("MBU", fmt_pct(s.get("mbu"))),
         ("launches/step", fmt_sci(s.get("launches"))),
@@ -103,6 +117,9 @@ def render_html(s: dict) -> str:
     uid = f"nstu{uuid.uuid4().hex[:10]}"  # unique per output: several profiles can share a page
     modeled = s.get("modeled", True) is not False
     badges = s.get("badges") if isinstance(s.get("badges"), dict) else {}
+    drivers = s.get("range_drivers") if isinstance(s.get("range_drivers"), dict) else {}
     return render_template("profile.html", s=s, uid=uid, modeled=modeled, status=s.get("status") or "ok",
+                           calibration_error=as_number(s.get("calibration_error")) if modeled else None,
+                           range_drivers=[str(v) for v in drivers.values()],
                            badges=badges, key_figures=_key_figures(s, modeled), tabs=profile_tabs(s),
                            measured=None if modeled else measured_view(s))

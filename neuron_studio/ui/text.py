@@ -12,12 +12,19 @@ def _pct(v: Any) -> str:
     return fmt_pct(v, missing="-")  # plain text: an ASCII dash where HTML shows an en dash
 
 
+def _range(s: dict) -> str:
+    r = s.get("step_time_range_ns")
+    err = s.get("calibration_error")
+    out = f" ({fmt_ns(r[0])}-{fmt_ns(r[1])})" if r and r[0] is not None and r[1] is not None and r[1] > r[0] else ""
+    return out + (f" [model error {float(err):.2f}x]" if err else "")
+
+
 def render_text(s: dict, *, top: int = 5) -> str:
     modeled = " (modeled)" if s.get("modeled", True) else ""
     lines = [
         f"Neuron profile run {s.get('run_id')}{' ' + str(s['name']) if s.get('name') else ''}: "
         f"{s.get('mode')} on {s.get('chip')} [{s.get('backend')}] status={s.get('status')}",
-        f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
+        f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}{_range(s)}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
         f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
         "  engines: " + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
     ]

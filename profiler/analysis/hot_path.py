@@ -80,8 +80,14 @@ def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
     return max(flops / max(roofs.peak_flops, 1.0), nbytes / max(roofs.hbm_bytes_per_s, 1.0)) * 1e9
 
 
-def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: float = 0.0) -> None:
-    """Modeled saving of each kernel match: matched time minus one fused launch at the roofline.
+def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: float = 0.0,
+                   kernel_factor: Callable[[str], float | None] | None = None) -> None:
+    """Modeled saving of each kernel match: matched time minus the kernel's modeled time.
+
+    The kernel's time is the roofline of the work it replaces times `kernel_factor(kernel)`: how far above
+    its roofline the kernel runs by the kernel model (`kernels.kernel_time` at a reference call). Without a
+    factor (a kernel the kernel model cannot run) the roofline is used and the match says so
+    (`k["kernel_time"] = "roofline"`).
 
     Op-level matches (an aten op a kernel implements) save the gap to the op's own roofline. Module-level
     matches (RMSNorm, gated MLP, attention) replace every op the module ran: per call (a contiguous run of
@@ -96,9 +102,12 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             if k.get("kind") == "candidate" and not k.get("file"):
                 k["saving_ns"] = None  # a kernel outside this repo (e.g. the NKI Library): not modeled here
                 continue
+            factor = kernel_factor(str(k.get("kernel"))) if kernel_factor is not None else None
+            k["kernel_time"] = "kernel model" if factor else "roofline"
+            factor = factor or 1.0
             if pattern.startswith("aten::") or not h.module:
                 sel = ops[(ops["op"] == h.op) & (ops["module"] == h.module)]
-                fused = _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
+                fused = factor * _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
                 k["saving_ns"] = float(max(0.0, float(sel["device_ns"].sum()) - fused))
                 k["scope"] = "op"
                 continue
@@ -116,7 +125,8 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             b = sub["bytes"].to_numpy()
             f = sub["flops"].to_numpy()
             cf = np.concatenate([[0.0], np.cumsum(f)])
-            fused = sum(_roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns for s, e in zip(starts, ends))
+            fused = sum(factor * _roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns
+                        for s, e in zip(starts, ends))
             spent = float(sub["device_ns"].sum()) + (float(sub["launch_ns"].sum()) if has_launch else 0.0)
             k["saving_ns"] = float(max(0.0, spent - fused))
             k["scope"] = f"module {prefix}"

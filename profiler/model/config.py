@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, MODES, NO_ENGINE
 
@@ -162,6 +163,14 @@ class ModelConfig:
         bad = [e for e in self.adaptive_fusible_engines if e not in _ENGINES]
         if bad:
             raise ConfigError(f"adaptive_fusible_engines has unknown engine(s) {bad}; valid: {_ENGINES}")
+
+    # Plausible ranges of the unmeasured assumptions that move the step time (the summary shows the step under
+    # the low and the high end): launch costs of a NEFF execution (runtime submit + completion, 5-30 µs) and
+    # collective latencies at rank counts nccom-test did not publish (0.5-2x).
+    RANGES: ClassVar[dict[str, tuple[float, float]]] = {
+        "launch_overhead_ns": (5_000.0, 30_000.0),
+        "collective_latency_scale": (0.5, 2.0),
+    }
 
     def replace(self, **changes: object) -> "ModelConfig":
         """A copy with `changes` applied (validated); unknown names raise ConfigError."""

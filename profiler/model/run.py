@@ -131,6 +131,43 @@ def _recompile_count(recompiles: int | Sequence[Any]) -> int:
     return len(recompiles)
 
 
+def _step_range(s: Schedule, t: Any, cfg: ModelConfig, rates: Any) -> tuple[float, float, dict[str, str]]:
+    """Step time with the unmeasured assumptions (`ModelConfig.RANGES`) at their low and high values.
+
+    Exact for the in-order per-core timeline: each core's end moves by (its launches x the launch-cost change)
+    + (its collective latencies x the latency-scale change)."""
+    n = len(s.core)
+    if not n:
+        return 0.0, 0.0, {}
+    cores, core_idx = np.unique(s.core, return_inverse=True)
+    ovh_now = np.bincount(core_idx, weights=s.launch_overhead_ns, minlength=len(cores))
+    launches = np.bincount(core_idx, weights=s.launch.astype(np.float64), minlength=len(cores))
+    coll_lat = np.zeros(len(cores))
+    if s.link_bytes is not None:
+        is_coll = ~np.isnan(s.link_bytes)
+        lat = (rates.internode_latency_ns if s.nodes > 1 else rates.collective_latency_ns) * cfg.collective_latency_scale
+        coll_lat = np.bincount(core_idx, weights=np.where(is_coll, lat, 0.0), minlength=len(cores))
+    ends = t.core_end_ns
+    (l_lo, l_hi), (c_lo, c_hi) = cfg.RANGES["launch_overhead_ns"], cfg.RANGES["collective_latency_scale"]
+
+    def at(launch_ns: float, coll_scale: float) -> float:
+        return float((ends - ovh_now + launches * launch_ns
+                      + coll_lat * (coll_scale / cfg.collective_latency_scale - 1.0)).max())
+
+    low, high = at(l_lo, c_lo), at(l_hi, c_hi)
+    drivers = {}
+    spread_launch = at(l_hi, cfg.collective_latency_scale) - at(l_lo, cfg.collective_latency_scale)
+    spread_coll = at(float(ovh_now.max() / max(launches.max(), 1)), c_hi) - \
+        at(float(ovh_now.max() / max(launches.max(), 1)), c_lo)
+    if spread_launch > 0:
+        drivers["launch_overhead_ns"] = (f"launch cost per NEFF execution {l_lo / 1e3:.0f}-{l_hi / 1e3:.0f} µs "
+                                         f"(unmeasured), {int(launches.max())} launches on the busiest core")
+    if spread_coll > 0:
+        drivers["collective_latency_scale"] = (f"collective latency {c_lo}-{c_hi}x the published nccom-test "
+                                               "figures (other rank counts unmeasured)")
+    return min(low, high), max(low, high), drivers
+
+
 def model_run(
     columns_or_events: Any,
     *,
@@ -222,6 +259,7 @@ def model_run(
     }
 
     step = float(t.core_end_ns.max()) if n else 0.0
+    low, high, drivers = _step_range(s, t, cfg, rates)
     cores_used = int(np.unique(s.core).size) if n else 0
     chips_used = int(np.unique(chip_of).size) if n else 0
     busy, util = engine_figures(s.engine, t.duration_ns, step, cores_used)
@@ -256,6 +294,8 @@ def model_run(
         price_per_chip_hour_usd=price, h100_price_per_chip_hour_usd=h_price,
         cost_per_step_usd=c_step, cost_per_1000_steps_usd=c_step * 1000,
         h100_cost_per_step_usd=h_cstep, h100_cost_per_1000_steps_usd=h_cstep * 1000,
+        step_time_low_ns=low, step_time_high_ns=high, range_drivers=drivers,
+        calibration_error=cfg.calibration_error,
         price_sources={spec.name: spec.sources.get("price_per_chip_hour_usd", ""),
                        "h100": h100.sources.get("price_per_chip_hour_usd", "")},
         assumptions={
