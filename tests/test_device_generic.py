@@ -151,13 +151,6 @@ _LAZY = {
 }
 
 
-LAZY_LIMIT = (
-    "UninitializedParameter is a plain-tensor subclass; the emulator's NeuronTensor is a wrapper subclass, so "
-    "Parameter/`Module.to` turn it into an initialised 0-element parameter (not fixed yet: see the README limits)"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=LAZY_LIMIT)
 @pytest.mark.parametrize("how", ["moved", "constructed"])
 @pytest.mark.parametrize("name", list(_LAZY))
 def test_lazy_module_on_neuron_before_first_forward(name: str, how: str) -> None:
@@ -178,9 +171,12 @@ def test_lazy_module_on_neuron_before_first_forward(name: str, how: str) -> None
     got = dev(x.to("neuron"))
     assert got.device.type == "neuron"
     assert torch.equal(got.detach().cpu(), expected.detach())
+    expected.square().sum().backward()
+    got.square().sum().backward()
     for (pname, p), pd in zip(cpu.named_parameters(), dev.parameters()):
-        assert type(pd) is not nn.UninitializedParameter and pd.device.type == "neuron", pname
+        assert not isinstance(pd, nn.UninitializedParameter) and pd.device.type == "neuron", pname
         assert torch.equal(pd.detach().cpu(), p.detach()), pname
+        assert torch.equal(pd.grad.cpu(), p.grad), f"grad of {pname}"
 
 
 @pytest.mark.parametrize("dims", [2, 3])
@@ -198,3 +194,14 @@ def test_fractional_max_pool_matches_cpu(dims: int, dtype: torch.dtype) -> None:
     expected.sum().backward()
     got.sum().backward()
     assert torch.equal(xd.grad.cpu(), x.grad)
+
+
+def test_lazy_parameters_stay_lazy_on_neuron_and_say_when_they_cannot_move() -> None:
+    on_device = copy.deepcopy(nn.LazyLinear(3).to("neuron"))
+    assert isinstance(on_device.weight, nn.UninitializedParameter) and on_device.weight.device.type == "neuron"
+    assert isinstance(on_device.weight, nn.Parameter) and on_device.has_uninitialized_params()
+    assert on_device.weight.requires_grad and on_device.bias.is_leaf
+    with pytest.raises(ValueError, match="uninitialized parameter"):
+        on_device.weight + 1
+    with pytest.raises(RuntimeError, match="neuron: a lazy module's uninitialized parameters .* first forward"):
+        on_device.to("cpu")

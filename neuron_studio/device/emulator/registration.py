@@ -289,3 +289,6 @@ def register_emulator(registry: Any) -> None:
     from neuron_studio.device.emulator import distributed
 
     distributed.install()
+    from neuron_studio.device.emulator.lazy import install_lazy_parameters
+
+    install_lazy_parameters()

@@ -270,7 +270,11 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
         elif t is _Tensor or isinstance(a, _Tensor):
             # a tensor claiming the neuron device without being a NeuronTensor is a FakeTensor
             # created while torch.compile traces: it is on the device, not the host
-            if a.device.type == DEVICE_TYPE:
+            if isinstance(a, NeuronTensor):  # a subclass (emulator.lazy's uninitialized parameters)
+                if index < 0:
+                    index = a._nidx
+                a = a._elem
+            elif a.device.type == DEVICE_TYPE:
                 a = _host_copy(a, traced)  # its data lives on the host side of the emulator, like every _elem
             elif a.dim() > 0:
                 host = True
