@@ -51,6 +51,17 @@ def test_set_to_own_storage_as_on_cpu() -> None:
     assert same is d and torch.equal(d.cpu()[0], x[0])
 
 
+@pytest.mark.parametrize("make", [
+    lambda d: d.untyped_storage().clone(),
+    lambda d: torch.UntypedStorage(8, device="neuron"),
+], ids=["clone", "new"])
+def test_allocating_a_storage_on_neuron_raises_instead_of_crashing(make) -> None:  # noqa: ANN001
+    _, d = _pair()
+    with pytest.raises(RuntimeError, match="neuron: allocating a storage directly"):
+        make(d)
+    assert d.untyped_storage().cpu().nbytes() == 60  # the host copy works
+
+
 def test_deepcopy_copies_the_data() -> None:
     _, d = _pair()
     c = copy.deepcopy(d)

@@ -270,6 +270,24 @@ def _package_dirs(root: str, subpackages: tuple[str, ...]) -> list[str]:
     return dirs
 
 
+def _guard_storage_allocation() -> None:
+    """`torch.UntypedStorage(n, device="neuron")` (and `storage.clone()` on neuron) asks torch's C++ allocator
+    for the device, which a Python-only backend cannot register: it would crash the process. Raise instead."""
+    new = torch.UntypedStorage.__new__
+
+    def __new__(cls, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202, N807
+        device = kwargs.get("device")
+        if device is not None and torch.device(device).type == "neuron":
+            raise RuntimeError(
+                "neuron: allocating a storage directly on the emulated device (torch.UntypedStorage(..., "
+                "device='neuron'), storage.clone()) is not supported; allocate tensors instead (torch.empty(..., "
+                "device='neuron')), or copy the storage on the CPU (storage.cpu())"
+            )
+        return new(cls, *args, **kwargs)
+
+    torch.UntypedStorage.__new__ = __new__
+
+
 def register_emulator(registry: Any) -> None:
     """Make `neuron` a PyTorch device backed by the emulator. Idempotent only through the registry."""
     runtime.bind(registry)
@@ -292,3 +310,4 @@ def register_emulator(registry: Any) -> None:
     from neuron_studio.device.emulator.lazy import install_lazy_parameters
 
     install_lazy_parameters()
+    _guard_storage_allocation()
