@@ -2,8 +2,8 @@
 
 For each row: `kernel:*` runs a studio-written port of the published loop nest (benchmarks/calibration_kernels.py)
 on the NKI interpreter and times the trace with `kernels.kernel_time`; `op:*` and `collective:*` model the
-equivalent aten/c10d op with `profiler.model.model_run`; `step:bert_large_ph1` captures a BERT-Large training
-step on the emulated device and models it. Prints modeled / measured per row and the geometric-mean error
+equivalent aten/c10d op with `profiler.model.model_run`; `step:bert_large_ph1` records a BERT-Large training
+step (all aten ops with shapes, on meta tensors) and models it as the compiled graph torch-neuronx runs. Prints modeled / measured per row and the geometric-mean error
 (exp of the mean |log ratio|) over the rows in the fit.
 
     python benchmarks/bench_calibration.py [--rows ID ...] [--no-step]
@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 
 import calibration_kernels as ck  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from neuron_studio.device.events import OpEvent  # noqa: E402
 from neuron_studio.kernels import kernel_time  # noqa: E402
 from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
@@ -182,55 +183,79 @@ class _BertForPreTraining(torch.nn.Module):
             f(nsp.float(), nsp_labels)
 
 
-def _capture_bert(layers: int, chip: str, world_size: int) -> tuple[float, float]:
-    """(fwd+bwd µs, optimizer µs) of one micro-batch of BERT with `layers` encoder layers, modeled in compile
-    mode: torch-neuronx compiles the micro-step and the optimizer step into one graph each."""
-    import neuron_studio  # noqa: F401 - registers the neuron device
-    from neuron_studio.profiler.capture import profile
+class _MetaRecorder(TorchDispatchMode):
+    """Records every aten op of a program run on meta tensors as an OpEvent (shapes and dtypes only).
 
+    The published BERT row ran under torch-neuronx (XLA): the whole micro-step is one compiled graph with
+    on-device RNG, so every op is recorded as a graph op and none as a CPU fallback. Meta tensors make the
+    full 24-layer step cheap to record (no arithmetic on the host)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: list[OpEvent] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        ins = [a for a in _flat(args) + _flat(list((kwargs or {}).values())) if isinstance(a, torch.Tensor)]
+        outs = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
+        self.events.append(OpEvent(
+            seq=len(self.events) + 1, name=func._schema.name, overload=func._overloadname, start_ns=0, end_ns=0,
+            thread=0, device_index=0, input_shapes=tuple(tuple(t.shape) for t in ins),
+            input_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in ins),
+            output_shapes=tuple(tuple(t.shape) for t in outs),
+            output_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in outs),
+            is_view=bool(func.is_view), graph=0))
+        return out
+
+
+def _flat(xs: Any) -> list:
+    out: list = []
+    for x in xs:
+        if isinstance(x, (list, tuple)):
+            out.extend(_flat(x))
+        else:
+            out.append(x)
+    return out
+
+
+def _bert_step_events(layers: int, batch: int, seq: int) -> tuple[list[OpEvent], list[OpEvent], int]:
+    """(micro-step events, optimizer-step events, parameter count) of BERT pre-training, BF16 compute with FP32 master weights
+    (as autocast BF16 runs the matmuls and attention in BF16), AdamW."""
     torch.manual_seed(0)
-    model = _BertForPreTraining(layers).to("neuron").train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    b, t = 16, 128
-    ids = torch.randint(0, 30522, (b, t)).to("neuron")
-    types = torch.zeros(b, t, dtype=torch.long).to("neuron")
-    mask = torch.ones(b, 1, 1, t, dtype=torch.bool).to("neuron")
-    labels = torch.full((b, t), -100, dtype=torch.long)
-    labels[:, ::7] = 1
-    labels = labels.to("neuron")
-    nsp = torch.zeros(b, dtype=torch.long).to("neuron")
-
-    def micro_step() -> None:
-        with torch.autocast("neuron", dtype=torch.bfloat16):
-            loss = model(ids, types, mask, labels, nsp)
-        loss.backward()
-
-    def optimizer_step() -> None:
+    with torch.device("meta"):
+        model = _BertForPreTraining(layers).train()
+    bf16 = model.to(torch.bfloat16)
+    ids = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    types = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    mask = torch.ones(batch, 1, 1, seq, dtype=torch.bool, device="meta")
+    labels = torch.zeros(batch, seq, dtype=torch.long, device="meta")
+    nsp = torch.zeros(batch, dtype=torch.long, device="meta")
+    rec = _MetaRecorder()
+    with rec:
+        bf16(ids, types, mask, labels, nsp).backward()
+    micro = rec.events
+    with torch.device("meta"):
+        master = _BertForPreTraining(layers)
+    for p in master.parameters():
+        p.grad = torch.empty_like(p)
+    opt = torch.optim.AdamW(master.parameters(), lr=1e-4, foreach=True)
+    rec = _MetaRecorder()
+    with rec:
         opt.step()
-        opt.zero_grad(set_to_none=False)
-
-    out = []
-    for fn in (micro_step, optimizer_step):
-        prof = profile(fn, steps=1, warmup=0, mode="compile", chip=chip)
-        ops = prof.trace.ops.copy()
-        ops["graph"] = 0
-        run = model_run(ops, chip=chip, mode="compile", world_size=world_size)
-        out.append(run.summary.step_time_ns / 1e3)
-    return out[0], out[1]
+    return micro, rec.events, sum(p.numel() for p in master.parameters())
 
 
 def model_step(row: CalibrationRow) -> float:
+    """Micro-step time per NeuronCore: the micro-step graph every micro-batch, the optimizer graph and the
+    gradient all-reduce once per `grad_accumulation` micro-batches (global batch 16384 = 32 ranks x 16 x 32)."""
     cfg = row.config
     ws, accum = cfg["world_size"], cfg["grad_accumulation"]
-    f1, o1 = _capture_bert(1, row.chip, ws)
-    f2, o2 = _capture_bert(2, row.chip, ws)
-    per_layer_f, per_layer_o = f2 - f1, o2 - o1
-    fwd_bwd = f2 + 22 * per_layer_f
-    optim = o2 + 22 * per_layer_o
-    params = 335_141_888 + 2  # BERT-Large with both heads (grads all-reduced once per optimizer step)
+    micro, optim, params = _bert_step_events(24, cfg["micro_batch"], cfg["seq"])
+    t_micro = model_run(micro, chip=row.chip, mode="compile", world_size=ws).summary.step_time_ns / 1e3
+    t_opt = model_run(optim, chip=row.chip, mode="compile", world_size=ws).summary.step_time_ns / 1e3
     ar = model_collective(CalibrationRow.synthetic(
-        row.chip, {"op": "all_reduce", "ranks": ws, "nodes": 1, "bytes": params * 4, "dtype": "float32"}))
-    return fwd_bwd + (optim + ar) / accum
+        row.chip, {"op": "all_reduce", "ranks": ws, "nodes": 1, "bytes": 4 * params, "dtype": "float32"}))
+    return t_micro + (t_opt + ar) / accum
 
 
 # -- driver -------------------------------------------------------------------------------------------------
