@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
@@ -45,11 +46,11 @@ class NeuronMagics(Magics):
         """
         try:
             args = parse_argstring(self.neuron, line)
-        except Exception as e:  # noqa: BLE001 - IPython's UsageError or argparse exits
-            return self._usage(f"%%neuron: {e}")
+        except UsageError as e:
+            raise _usage_error(f"%%neuron: {e}") from None
         problems = _validate(args)
         if problems:
-            return self._usage("%%neuron: " + "; ".join(problems))
+            raise _usage_error("%%neuron: " + "; ".join(problems))
         from neuron_studio.runner import CellRun, run_cell
 
         spec = CellRun(
@@ -77,15 +78,15 @@ class NeuronMagics(Magics):
             try:
                 limit = int(line.strip())
             except ValueError:
-                return self._usage(f"%neuron_runs: LIMIT must be an integer, got {line.strip()!r}")
+                raise UsageError(f"%neuron_runs: LIMIT must be an integer, got {line.strip()!r}") from None
         return runs_table(limit)
 
     @line_magic
     def neuron_show(self, line: str = "") -> Any:
         """Show a stored run as the profiled cell showed it: `%neuron_show RUN` (id or name)."""
-        parts = shlex.split(line)
+        parts = _split(line, "%neuron_show")
         if len(parts) != 1:
-            return self._usage("usage: %neuron_show RUN   (a run id or name; see %neuron_runs)")
+            raise UsageError("usage: %neuron_show RUN   (a run id or name; see %neuron_runs)")
         from neuron_studio.runner import show_run
 
         return show_run(parts[0])
@@ -93,9 +94,9 @@ class NeuronMagics(Magics):
     @line_magic
     def neuron_compare(self, line: str = "") -> Any:
         """Diff two runs: `%neuron_compare RUN_A RUN_B` (B relative to A: per op, per engine, step time)."""
-        parts = shlex.split(line)
+        parts = _split(line, "%neuron_compare")
         if len(parts) != 2:
-            return self._usage("usage: %neuron_compare RUN_A RUN_B   (run ids or names; see %neuron_runs)")
+            raise UsageError("usage: %neuron_compare RUN_A RUN_B   (run ids or names; see %neuron_runs)")
         from neuron_studio.runner import compare_runs
 
         return compare_runs(parts[0], parts[1])
@@ -103,15 +104,28 @@ class NeuronMagics(Magics):
     @line_magic
     def neuron_check(self, line: str = "") -> Any:
         """Porting-readiness report for the last run: fallbacks, dynamic shapes, dtypes, syncs, MFU, cost."""
+        parts = _split(line, "%neuron_check")
+        if len(parts) > 1:
+            raise UsageError("usage: %neuron_check [RUN]   (a run id or name; default: the last profiled cell)")
         from neuron_studio.runner import porting_check
 
-        return porting_check(line.strip() or None)
+        return porting_check(parts[0] if parts else None)
 
-    def _usage(self, message: str) -> None:
-        print(message)
-        print("usage: %%neuron [--mode eager|adaptive|compile] [--chip trn1|trn2|trn3] [--steps N] [--warmup N]\n"
-              "                [--no-profile] [--name NAME] [--compare RUN] [--sync/--no-sync]   (see %%neuron?)")
-        return None
+
+_NEURON_USAGE = ("usage: %%neuron [--mode eager|adaptive|compile] [--chip trn1|trn2|trn3] [--steps N] [--warmup N]\n"
+                 "                [--no-profile] [--name NAME] [--compare RUN] [--sync/--no-sync]   (see %%neuron?)")
+
+
+def _usage_error(message: str) -> UsageError:
+    """A bad option fails the cell (Run All, nbclient and papermill stop), as IPython's own magics do."""
+    return UsageError(f"{message}\n{_NEURON_USAGE}")
+
+
+def _split(line: str, magic: str) -> list[str]:
+    try:
+        return shlex.split(line)
+    except ValueError as e:   # an unbalanced quote
+        raise UsageError(f"{magic}: {e}") from None
 
 
 def _validate(args: Any) -> list[str]:

@@ -102,13 +102,54 @@ def test_compile_mode_counts_recompiles_on_new_shape(ip):
     assert second.result.summary_payload["badges"]["recompiles"] >= 1
 
 
-def test_invalid_options_print_usage(ip, capsys):
-    res = ip.run_cell("%%neuron --mode turbo\nx + 1\n")
-    out = capsys.readouterr().out
-    assert res.result is None
-    assert "--mode must be one of eager, adaptive, compile" in out and "usage: %%neuron" in out
-    res = ip.run_cell("%%neuron --steps 0\nx + 1\n")
-    assert "--steps must be >= 1" in capsys.readouterr().out
+@pytest.mark.parametrize("cell, message", [
+    ("%%neuron --mode adaptiv\ncalls += 1\n", "--mode must be one of eager, adaptive, compile (got 'adaptiv')"),
+    ("%%neuron --steps 0\ncalls += 1\n", "--steps must be >= 1 (got 0)"),
+    ("%%neuron --steps abc\ncalls += 1\n", "invalid int value: 'abc'"),
+    ("%%neuron --warmup -1\ncalls += 1\n", "--warmup must be >= 0 (got -1)"),
+    ("%%neuron --chip trn9\ncalls += 1\n", "--chip must be one of trn1, trn2, trn3 (got 'trn9')"),
+    ("%%neuron --bogus\ncalls += 1\n", "unrecognized arguments: --bogus"),
+    ("%%neuron extra words\ncalls += 1\n", "unrecognized arguments: extra words"),
+    ("%neuron_runs many", "%neuron_runs: LIMIT must be an integer, got 'many'"),
+    ("%neuron_show", "usage: %neuron_show RUN"),
+    ("%neuron_show a b", "usage: %neuron_show RUN"),
+    ("%neuron_show 'unbalanced", "%neuron_show: No closing quotation"),
+    ("%neuron_compare 1", "usage: %neuron_compare RUN_A RUN_B"),
+    ("%neuron_check 1 2", "usage: %neuron_check [RUN]"),
+])
+def test_invalid_options_fail_the_cell(ip, capsys, cell, message):
+    """Issue 14 item 3: a bad option raises UsageError (the cell fails, Run All stops); the body never runs."""
+    from IPython.core.error import UsageError
+
+    ip.user_ns["calls"] = 0
+    res = ip.run_cell(cell)
+    assert not res.success and isinstance(res.error_in_exec, UsageError), res
+    assert message in str(res.error_in_exec)
+    if cell.startswith("%%neuron"):
+        assert "usage: %%neuron" in str(res.error_in_exec)
+    assert ip.user_ns["calls"] == 0
+    capsys.readouterr()
+
+
+def test_nbclient_stops_at_a_bad_neuron_option(tmp_path):
+    """Run All / nbclient / papermill stop at the bad cell instead of carrying on with stale state."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("%load_ext neuron_studio\nran = []"),
+        nbformat.v4.new_code_cell("%%neuron --mode adaptiv\nran.append('body')"),
+        nbformat.v4.new_code_cell("ran.append('next cell')"),
+    ])
+    client = nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(tmp_path)}})
+    with pytest.raises(CellExecutionError, match="UsageError") as info:
+        client.execute()
+    assert "--mode must be one of eager, adaptive, compile (got 'adaptiv')" in str(info.value)
+    shown = "".join(o.get("text", "") for o in nb.cells[1].outputs)     # IPython shows a UsageError on stderr
+    assert "UsageError: %%neuron: --mode must be one of" in shown and "usage: %%neuron" in shown
+    assert nb.cells[2].get("outputs") == [] and nb.cells[2].get("execution_count") is None
 
 
 def test_error_saves_partial_run_and_next_cell_works(ip):
