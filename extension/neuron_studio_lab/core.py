@@ -21,14 +21,19 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from .run_cache import PreparedOps, RunOpsCache, prepare_ops
+
 __all__ = [
     "ApiError",
     "BadRequest",
     "Forbidden",
     "NotFound",
+    "TooLarge",
+    "UnsupportedFile",
     "DEFAULT_BINS",
     "MAX_BINS",
     "MAX_PAGE_SIZE",
+    "RunOpsCache",
     "run_store_module",
     "studio_module",
     "kernels_dir",
@@ -46,6 +51,9 @@ DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 5000
 DEVICE_OPS_TABLE = "device_ops"
 STORE_DIRNAME = ".neuron_studio"
+#: kernel-source serves source files only, and none bigger than this.
+SOURCE_SUFFIXES = (".py", ".pyi")
+MAX_SOURCE_BYTES = 1 << 20
 DEVICE_OPS_COLUMNS = (
     "seq", "name", "core", "engine", "start_ns", "end_ns", "flops", "bytes_read", "bytes_written",
     "bound", "module", "source",
@@ -68,6 +76,14 @@ class Forbidden(ApiError):
 
 class NotFound(ApiError):
     status = 404
+
+
+class TooLarge(ApiError):
+    status = 413
+
+
+class UnsupportedFile(ApiError):
+    status = 415
 
 
 # -- locating neuron_studio pieces without importing the package ----------------------------------
@@ -175,20 +191,22 @@ def resolve_inside(root_dir: str | os.PathLike[str], rel_path: str) -> Path:
 
 
 def store_for_notebook(root_dir: str | os.PathLike[str], notebook_path: str) -> Any | None:
-    """The run store in the notebook's directory (`<dir>/.neuron_studio/`), or None if there is none.
+    """The run store the notebook's kernel writes to, opened read-only, or None if there is none yet.
 
-    Reading never creates a store.
+    Located by the studio's own rule (`neuron_studio.store.resolve_store_root`: ``$NEURON_STUDIO_STORE``
+    as the server's environment sets it, else ``<notebook dir>/.neuron_studio``). Reading never creates
+    a store, takes no lock and never waits for a kernel that is writing one.
     """
     if not notebook_path:
         raise BadRequest("missing 'path' (the notebook path relative to the server root)")
     notebook = resolve_inside(root_dir, notebook_path)
     directory = notebook if notebook.is_dir() else notebook.parent
-    store_dir = directory / STORE_DIRNAME
-    if not (store_dir / "runs.sqlite").is_file():
-        return None
     store_mod = run_store_module()
+    store_dir = store_mod.resolve_store_root(directory)
+    if not (store_dir / store_mod.DB_FILENAME).is_file():
+        return None
     try:
-        return store_mod.RunStore(store_dir, create=False)
+        return store_mod.RunStore(store_dir, read_only=True)
     except store_mod.SchemaVersionError as exc:
         raise ApiError(str(exc)) from exc
 
@@ -220,7 +238,11 @@ def list_runs(root_dir: str | os.PathLike[str], notebook_path: str, *, limit: in
     if store is None:
         return {"runs": [], "store": None}
     runs = [_run_row(r, root_dir, with_summary=False) for r in store.list_runs(limit=limit)]
-    return {"runs": runs, "store": os.path.relpath(store.root, _real_root(root_dir))}
+    root = _real_root(root_dir)
+    where = store.root.resolve()
+    # a store outside the server root (NEURON_STUDIO_STORE) is named by the variable, not by its path
+    label = where.relative_to(root).as_posix() if where.is_relative_to(root) else "$NEURON_STUDIO_STORE"
+    return {"runs": runs, "store": label}
 
 
 def _get_record(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -> tuple[Any, Any]:
@@ -247,6 +269,30 @@ def get_run(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -
 # -- timeline ---------------------------------------------------------------------------------------
 
 
+def _prepared_ops(store: Any, record: Any, cache: RunOpsCache | None) -> PreparedOps:
+    """The run's device ops table, prepared for timeline queries (from `cache` when it is current)."""
+    import pyarrow.parquet as pq
+
+    path = store.table_path(record.id, DEVICE_OPS_TABLE)
+    if not path.is_file():
+        tables = ", ".join(store.list_tables(record.id)) or "(none)"
+        raise NotFound(f"run {record.id} has no table {DEVICE_OPS_TABLE!r}; tables: {tables}")
+    sorted_intervals = studio_module("neuron_studio.profiler.analysis.binning").SortedIntervals
+
+    def load() -> PreparedOps:
+        names = set(pq.read_schema(path).names)
+        missing = [c for c in ("engine", "start_ns", "end_ns", "core") if c not in names]
+        if missing:
+            raise ApiError(f"run {record.id}'s {DEVICE_OPS_TABLE} table lacks columns: {', '.join(missing)}")
+        table = pq.read_table(path, columns=[c for c in DEVICE_OPS_COLUMNS if c in names])
+        return prepare_ops(table, sorted_intervals)
+
+    try:
+        return load() if cache is None else cache.get(path, load)
+    except FileNotFoundError:  # deleted between the check and the read
+        raise NotFound(f"run {record.id} has no table {DEVICE_OPS_TABLE!r}") from None
+
+
 def timeline(
     root_dir: str | os.PathLike[str],
     notebook_path: str,
@@ -257,11 +303,13 @@ def timeline(
     bins: int = DEFAULT_BINS,
     page: int | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
+    cache: RunOpsCache | None = None,
 ) -> dict[str, Any]:
     """Per-engine utilization in `bins` equal bins over [start_ns, end_ns) and, when `page` is given,
     one page of the ops overlapping that window ordered by start time.
 
     Utilization of an engine in a bin = busy time of that engine summed over cores / (bin width × cores).
+    With a `cache`, the run's table is read and sorted once; each zoom then costs O(bins log n + page).
     """
     if not 1 <= bins <= MAX_BINS:
         raise BadRequest(f"bins must be between 1 and {MAX_BINS}")
@@ -271,20 +319,8 @@ def timeline(
         raise BadRequest("page_size must be >= 1")
     page_size = min(page_size, MAX_PAGE_SIZE)
     store, record = _get_record(root_dir, notebook_path, run_id)
-    store_mod = run_store_module()
-    try:
-        table = store.load_table(record.id, DEVICE_OPS_TABLE)
-    except store_mod.TableNotFound as exc:
-        raise NotFound(str(exc)) from exc
-    missing = [c for c in ("engine", "start_ns", "end_ns", "core") if c not in table.column_names]
-    if missing:
-        raise ApiError(f"run {record.id}'s {DEVICE_OPS_TABLE} table lacks columns: {', '.join(missing)}")
-
-    starts = table.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    ends = table.column("end_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    engines = np.asarray(table.column("engine").to_pylist(), dtype=object)
-    cores = table.column("core").to_numpy(zero_copy_only=False)
-    n_cores = max(1, int(np.unique(cores).size)) if cores.size else 1
+    ops = _prepared_ops(store, record, cache)
+    starts, ends = ops.starts, ops.ends
 
     lo = int(starts.min()) if starts.size else 0
     hi = int(ends.max()) if ends.size else 0
@@ -293,24 +329,20 @@ def timeline(
     if hi < lo:
         raise BadRequest("end_ns must be >= start_ns")
     span = max(hi - lo, 1)
-    # relative float times: exact enough for display, and no int64 overflow in the prefix sums
-    edges = np.linspace(0.0, float(span), bins + 1)
-    rel_s = (starts - lo).astype(np.float64)
-    rel_e = (ends - lo).astype(np.float64)
+    edges = np.linspace(0.0, float(span), bins + 1)  # offsets from lo; exact integer origin
     bin_ns = span / bins
 
     # engines in display order; ops on other engines (e.g. "none") are reported under their own name
     device_engines = studio_module("neuron_studio.profiler.vocabulary").DEVICE_ENGINES
-    interval_coverage = studio_module("neuron_studio.profiler.analysis.binning").interval_coverage
-    present = [e for e in dict.fromkeys(engines.tolist()) if e not in device_engines]
+    present = [e for e in ops.engines if e not in device_engines]
     util: dict[str, list[float]] = {}
-    for engine in (*device_engines, *sorted(map(str, present))):
-        mask = engines == engine
-        if not mask.any():
+    for engine in (*device_engines, *sorted(present)):
+        intervals = ops.engines.get(engine)
+        if intervals is None:
             util[engine] = [0.0] * bins
             continue
-        busy = interval_coverage(edges, rel_s[mask], rel_e[mask])
-        util[engine] = np.clip(busy / (bin_ns * n_cores), 0.0, 1.0).round(6).tolist()
+        busy = intervals.coverage(lo, edges)
+        util[engine] = np.clip(busy / (bin_ns * ops.n_cores), 0.0, 1.0).round(6).tolist()
 
     out: dict[str, Any] = {
         "run_id": record.id,
@@ -318,16 +350,17 @@ def timeline(
         "end_ns": hi,
         "bins": bins,
         "bin_ns": bin_ns,
-        "cores": n_cores,
+        "cores": ops.n_cores,
         "engines": util,
-        "total_ops": table.num_rows,
+        "total_ops": ops.num_rows,
     }
     if page is not None:
-        window = np.flatnonzero((ends >= lo) & (starts <= hi))
-        order = window[np.argsort(starts[window], kind="stable")]
-        chosen = order[page * page_size:(page + 1) * page_size]
-        cols = [c for c in DEVICE_OPS_COLUMNS if c in table.column_names]
-        rows = table.select(cols).take(chosen).to_pylist() if chosen.size else []
+        # ops overlapping [lo, hi]: start <= hi and end >= lo; in start order the candidates are one slice
+        first = int(np.searchsorted(starts, lo - ops.max_duration, side="left"))
+        last = int(np.searchsorted(starts, hi, side="right"))
+        window = first + np.flatnonzero(ends[first:last] >= lo)
+        chosen = ops.order[window[page * page_size:(page + 1) * page_size]]
+        rows = ops.table.take(chosen).to_pylist() if chosen.size else []
         out["ops"] = {
             "page": page,
             "page_size": page_size,
@@ -351,8 +384,8 @@ def _allowed_roots(root_dir: str | os.PathLike[str]) -> Iterable[tuple[str, Path
 def kernel_source(root_dir: str | os.PathLike[str], file: str, line: int | None) -> dict[str, Any]:
     """Validate a kernel file reference from a profile.
 
-    Allowed: regular files inside the server root tree or inside the installed `neuron_studio/kernels`
-    package directory, after resolving symlinks. Returns the path relative to the server root (when it
+    Allowed: Python source files (`SOURCE_SUFFIXES`) up to `MAX_SOURCE_BYTES`, inside the server root
+    tree or inside the installed `neuron_studio/kernels` package directory, after resolving symlinks. Returns the path relative to the server root (when it
     is inside it; the front end opens it in the editor) or, for kernels outside the root, the source text.
     """
     if not file or "\x00" in file:
@@ -373,10 +406,17 @@ def kernel_source(root_dir: str | os.PathLike[str], file: str, line: int | None)
     where = next((name for name, r in _allowed_roots(root_dir) if real.is_relative_to(r)), None)
     if where is None:
         raise Forbidden("file is outside the server root and the Neuron Studio kernels")
+    if real.suffix.lower() not in SOURCE_SUFFIXES:
+        raise UnsupportedFile(f"only Python source files ({', '.join(SOURCE_SUFFIXES)}) can be opened as kernels")
     if not real.is_file():
         raise NotFound("not a file")
+    size = real.stat().st_size
+    if size > MAX_SOURCE_BYTES:
+        raise TooLarge(f"{real.name} is {size} bytes; kernel sources are served up to {MAX_SOURCE_BYTES} bytes")
     with real.open("r", encoding="utf-8", errors="replace") as fh:
-        text = fh.read()
+        text = fh.read(MAX_SOURCE_BYTES + 1)
+    if len(text) > MAX_SOURCE_BYTES:  # grew since the size check
+        raise TooLarge(f"{real.name} is over {MAX_SOURCE_BYTES} bytes; kernel sources are served up to that size")
     n_lines = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
     out: dict[str, Any] = {"line": min(line, max(n_lines, 1)), "lines": n_lines, "in_root": real.is_relative_to(root)}
     if out["in_root"]:

@@ -1,10 +1,15 @@
 """HTTP routes under `<base_url>/neuron-studio/`. Handlers parse arguments and delegate to `core`.
 
-Every verb of every handler is `@tornado.web.authenticated`; `core.ApiError`s become 400/403/404/500 in
-`_BaseHandler.write_error`, the one place errors are mapped.
+Every verb of every handler is `@tornado.web.authenticated`; `core.ApiError`s become 4xx/500 in
+`_BaseHandler.run`, the one place errors are mapped.
+
+Handlers never block the server's event loop: the work (SQLite, Parquet, numpy, JSON encoding) runs in
+a worker thread (`asyncio.to_thread`), so a big run's timeline does not stall the rest of JupyterLab.
+A run's prepared device ops are cached on the web application (`core.RunOpsCache`).
 """
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Callable
 
@@ -15,6 +20,7 @@ from jupyter_server.utils import url_path_join
 from . import core
 
 NAMESPACE = "neuron-studio"
+CACHE_SETTING = "neuron_studio_run_ops_cache"
 
 
 class _BaseHandler(APIHandler):
@@ -38,18 +44,26 @@ class _BaseHandler(APIHandler):
         except ValueError:
             raise core.BadRequest(f"{name!r} must be an integer") from None
 
-    def send(self, payload: Any) -> None:
-        self.set_header("Content-Type", "application/json; charset=UTF-8")
-        self.finish(json.dumps(payload, allow_nan=False))
+    @property
+    def cache(self) -> core.RunOpsCache:
+        cache = self.settings.get(CACHE_SETTING)
+        if cache is None:  # handlers mounted without setup_route_handlers (tests)
+            cache = self.settings.setdefault(CACHE_SETTING, core.RunOpsCache())
+        return cache
 
-    def run(self, fn: Callable[[], Any]) -> None:
+    def send_json(self, body: str) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(body)
+
+    async def run(self, fn: Callable[[], Any]) -> None:
+        """Compute and encode `fn()` in a worker thread; ApiErrors become their status with a JSON body."""
         try:
-            payload = fn()
+            body = await asyncio.to_thread(lambda: json.dumps(fn(), allow_nan=False))
         except core.ApiError as exc:
             self.set_status(exc.status)
-            self.send({"error": type(exc).__name__, "message": str(exc)})
+            self.send_json(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
             return
-        self.send(payload)
+        self.send_json(body)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # anything that escaped `run`: a JSON body, no traceback
@@ -60,21 +74,23 @@ class _BaseHandler(APIHandler):
 
 class RunsHandler(_BaseHandler):
     @tornado.web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         path = self.get_query_argument("path", "")
-        self.run(lambda: core.list_runs(self.root_dir, path, limit=self.int_arg("limit")))
+        await self.run(lambda: core.list_runs(self.root_dir, path, limit=self.int_arg("limit")))
 
 
 class RunHandler(_BaseHandler):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
+    async def get(self, run_id: str) -> None:
         path = self.get_query_argument("path", "")
-        self.run(lambda: core.get_run(self.root_dir, path, int(run_id)))
+        await self.run(lambda: core.get_run(self.root_dir, path, int(run_id)))
 
 
 class TimelineHandler(_BaseHandler):
     @tornado.web.authenticated
-    def get(self, run_id: str) -> None:
+    async def get(self, run_id: str) -> None:
+        cache = self.cache
+
         def work() -> Any:
             return core.timeline(
                 self.root_dir,
@@ -85,16 +101,17 @@ class TimelineHandler(_BaseHandler):
                 bins=self.int_arg("bins", core.DEFAULT_BINS),  # type: ignore[arg-type]
                 page=self.int_arg("page"),
                 page_size=self.int_arg("page_size", core.DEFAULT_PAGE_SIZE),  # type: ignore[arg-type]
+                cache=cache,
             )
 
-        self.run(work)
+        await self.run(work)
 
 
 class KernelSourceHandler(_BaseHandler):
     @tornado.web.authenticated
-    def get(self) -> None:
+    async def get(self) -> None:
         file = self.get_query_argument("file", "")
-        self.run(lambda: core.kernel_source(self.root_dir, file, self.int_arg("line", 1)))
+        await self.run(lambda: core.kernel_source(self.root_dir, file, self.int_arg("line", 1)))
 
 
 def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
@@ -109,4 +126,5 @@ def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
 
 
 def setup_route_handlers(web_app: tornado.web.Application) -> None:
+    web_app.settings.setdefault(CACHE_SETTING, core.RunOpsCache())
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))

@@ -33,6 +33,12 @@ def jp_server_config():
     }
 
 
+@pytest.fixture(autouse=True)
+def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs live next to the notebook unless a test sets NEURON_STUDIO_STORE itself."""
+    monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
+
+
 @pytest.fixture
 def kernels_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     kd = tmp_path / "site" / "neuron_studio" / "kernels"
@@ -79,7 +85,8 @@ def seeded(jp_root_dir: Path) -> dict:
     summary["run_id"] = second
     store.finish_run(second, status="ok", summary=summary, step_time_ns=1_234_567, mfu=float("nan"))
     store.save_table(second, "device_ops", _device_ops())
-    return {"path": "work/02.ipynb", "first": first, "second": second, "summary": summary}
+    return {"path": "work/02.ipynb", "first": first, "second": second, "summary": summary,
+            "store_root": str(store.root)}
 
 
 async def _get(jp_fetch, *parts: str, **params):  # noqa: ANN001, ANN202
@@ -282,7 +289,7 @@ def test_every_verb_is_authenticated() -> None:
 
 
 async def test_every_registered_handler_refuses_without_token(
-    jp_serverapp, jp_fetch, seeded, jp_base_url  # noqa: ANN001
+    jp_serverapp, jp_fetch, seeded, jp_base_url, jp_root_dir  # noqa: ANN001
 ) -> None:
     rules = _extension_rules(jp_serverapp.web_app)
     assert {h for _, h in rules} == {h for _, h in routes.handlers(jp_base_url)}
@@ -305,7 +312,8 @@ async def test_every_registered_handler_refuses_without_token(
                                params={"path": seeded["path"], "file": "x.py"})
             assert info.value.code == 403, (pattern, method)
         # and the same URL works with the token
-        resp = await jp_fetch(*parts, params={"path": seeded["path"], "file": "work/02.ipynb"})
+        (jp_root_dir / "work" / "kernel.py").write_text("x = 1\n")
+        resp = await jp_fetch(*parts, params={"path": seeded["path"], "file": "work/kernel.py"})
         assert resp.code == 200
 
 
@@ -341,3 +349,168 @@ def test_labextension_is_installed_and_enabled():
     text = out.stdout + out.stderr
     line = next((ln for ln in text.splitlines() if "neuron-studio-lab" in ln), "")
     assert "enabled" in line and "OK" in line, text
+
+
+# -- serving while busy, caching, the store's location, bounded kernel sources (issue 14, item 11) -------
+
+
+async def test_slow_request_does_not_block_other_requests(jp_fetch, seeded, monkeypatch) -> None:  # noqa: ANN001
+    """A handler's work runs off the event loop: while one request is busy, another is answered."""
+    import asyncio
+    import threading
+
+    released = threading.Event()
+    real_get_run = core.get_run
+
+    def slow_get_run(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        # a synchronous handler would hold the event loop here, so the other request could never finish
+        released.wait(20)
+        return real_get_run(*args, **kwargs)
+
+    monkeypatch.setattr(core, "get_run", slow_get_run)
+    slow = asyncio.ensure_future(_get(jp_fetch, "runs", str(seeded["second"]), path=seeded["path"]))
+    await asyncio.sleep(0.2)
+    fast = await _get(jp_fetch, "runs", path=seeded["path"])
+    was_waiting = not slow.done()
+    released.set()
+    detail = await slow
+    assert was_waiting and [r["id"] for r in fast["runs"]] == [seeded["second"], seeded["first"]]
+    assert detail["run"]["id"] == seeded["second"]
+
+
+async def test_timeline_is_cached_per_run_and_invalidated_on_change(jp_fetch, jp_serverapp, seeded) -> None:  # noqa: ANN001
+    from neuron_studio_lab import routes
+
+    cache = jp_serverapp.web_app.settings[routes.CACHE_SETTING]
+    rid, path = str(seeded["second"]), seeded["path"]
+    first = await _get(jp_fetch, "runs", rid, "timeline", path=path, bins=10)
+    zoom = await _get(jp_fetch, "runs", rid, "timeline", path=path, bins=10, start_ns=0, end_ns=1000, page=0)
+    assert cache.loads == 1 and len(cache) == 1
+    assert first["total_ops"] == 1000 and zoom["ops"]["total"] == 22  # starts 0..1000, two per 100 ns
+    # the run's table is re-saved (e.g. the cell re-profiled into the same run): the next request sees it
+    store = core.run_store_module().RunStore(Path(seeded["store_root"]))
+    store.save_table(seeded["second"], "device_ops", _device_ops(10))
+    again = await _get(jp_fetch, "runs", rid, "timeline", path=path, bins=10)
+    assert again["total_ops"] == 10 and cache.loads == 2 and len(cache) == 1
+
+
+def test_run_ops_cache_is_bounded(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from neuron_studio_lab.run_cache import RunOpsCache, prepare_ops
+
+    sorted_intervals = core.studio_module("neuron_studio.profiler.analysis.binning").SortedIntervals
+    cache = RunOpsCache(max_runs=2)
+    for i in range(4):
+        path = tmp_path / f"{i}.parquet"
+        pq.write_table(_device_ops(50 + i), path)
+        got = cache.get(path, lambda p=path: prepare_ops(pq.read_table(p), sorted_intervals))
+        assert got.num_rows == 50 + i
+    assert len(cache) == 2 and cache.loads == 4
+    small = RunOpsCache(max_runs=10, max_bytes=1)  # always keeps the newest one, never more
+    for i in range(3):
+        path = tmp_path / f"{i}.parquet"
+        small.get(path, lambda p=path: prepare_ops(pq.read_table(p), sorted_intervals))
+    assert len(small) == 1
+
+
+def _brute_force_util(table: pa.Table, lo: int, hi: int, bins: int, engine: str) -> list[float]:
+    # relative to lo in exact integers first: absolute ns near 1e15 have no sub-ns resolution as floats
+    starts = [s - lo for s in table.column("start_ns").to_pylist()]
+    ends = [e - lo for e in table.column("end_ns").to_pylist()]
+    engines = table.column("engine").to_pylist()
+    cores = len(set(table.column("core").to_pylist()))
+    width = max(hi - lo, 1) / bins
+    out = []
+    for b in range(bins):
+        a, z = b * width, (b + 1) * width
+        busy = sum(max(0.0, min(e, z) - max(s, a)) for s, e, g in zip(starts, ends, engines) if g == engine)
+        out.append(min(1.0, busy / (width * cores)))
+    return out
+
+
+async def test_timeline_zoom_windows_match_brute_force(jp_fetch, jp_root_dir) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(7)
+    n = 300
+    start = rng.integers(10**15, 10**15 + 50_000, n)  # large absolute ns: exact origin, no precision loss
+    table = pa.table({
+        "seq": np.arange(n), "name": [f"op{i}" for i in range(n)], "core": pa.array(rng.integers(0, 3, n), pa.int32()),
+        "engine": rng.choice(["tensor", "vector", "dma", "none"], n).tolist(),
+        "start_ns": start, "end_ns": start + rng.integers(0, 3000, n),
+    })
+    (jp_root_dir / "z.ipynb").write_text("{}")
+    store = core.run_store_module().RunStore(jp_root_dir / ".neuron_studio")
+    rid = store.begin_run(cell_source="z", options={}, **RUN_KW)
+    store.save_table(rid, "device_ops", table)
+    for lo, hi, bins in [(None, None, 7), (10**15 + 1000, 10**15 + 1013, 13), (10**15 - 500, 10**15 + 60_000, 5),
+                         (10**15 + 20_000, 10**15 + 20_000, 1)]:
+        params = {"bins": bins, "page": 0, "page_size": 1000}
+        if lo is not None:
+            params.update(start_ns=lo, end_ns=hi)
+        data = await _get(jp_fetch, "runs", str(rid), "timeline", path="z.ipynb", **params)
+        w_lo, w_hi = data["start_ns"], data["end_ns"]
+        for engine in ("tensor", "vector", "dma", "none"):
+            assert data["engines"][engine] == pytest.approx(_brute_force_util(table, w_lo, w_hi, bins, engine),
+                                                            abs=2e-6), (lo, hi, engine)
+        expected = sorted((s, i) for i, (s, e) in enumerate(zip(table.column("start_ns").to_pylist(),
+                                                                  table.column("end_ns").to_pylist()))
+                          if e >= w_lo and s <= w_hi)
+        assert [r["seq"] for r in data["ops"]["rows"]] == [i for _, i in expected]
+
+
+async def test_reading_runs_never_waits_for_a_writing_kernel(jp_fetch, seeded, monkeypatch) -> None:  # noqa: ANN001
+    """The panel reads the store while a kernel holds SQLite's write lock (WAL: readers never wait)."""
+    import time
+
+    db = Path(seeded["store_root"]) / "runs.sqlite"
+    writer = subprocess.Popen([sys.executable, "-c", (
+        "import sqlite3, sys\n"
+        f"conn = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+        "conn.execute('BEGIN IMMEDIATE')\n"
+        "conn.execute(\"UPDATE runs SET name = 'uncommitted'\")\n"
+        "print('locked', flush=True)\n"
+        "sys.stdin.read()\n")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "locked"  # type: ignore[union-attr]
+        monkeypatch.setattr(core.run_store_module(), "BUSY_TIMEOUT_MS", 1500)
+        began = time.monotonic()
+        data = await _get(jp_fetch, "runs", path=seeded["path"])
+        detail = await _get(jp_fetch, "runs", str(seeded["second"]), path=seeded["path"])
+        waited = time.monotonic() - began
+    finally:
+        writer.stdin.close()  # type: ignore[union-attr]
+        writer.wait(10)
+    assert [r["name"] for r in data["runs"]] == [HOSTILE, "warmup"]  # the committed state
+    assert detail["run"]["id"] == seeded["second"]
+    assert waited < 1.5, f"the reader waited {waited:.2f} s for the writer"
+
+
+async def test_store_location_honours_neuron_studio_store(jp_fetch, jp_root_dir, tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """The documented variable moves the store; the panel shows the runs the kernel wrote there."""
+    shared = tmp_path / "shared-store"
+    monkeypatch.setenv("NEURON_STUDIO_STORE", str(shared))
+    store = core.run_store_module().RunStore()  # what a kernel started with the variable uses
+    assert store.root == shared
+    rid = store.begin_run(cell_source="x", options={}, name="elsewhere", **RUN_KW)
+    (jp_root_dir / "nb.ipynb").write_text("{}")
+    data = await _get(jp_fetch, "runs", path="nb.ipynb")
+    assert [r["id"] for r in data["runs"]] == [rid] and data["runs"][0]["name"] == "elsewhere"
+    assert data["store"] == "$NEURON_STUDIO_STORE"  # no server path leaks
+    monkeypatch.setenv("NEURON_STUDIO_STORE", "relative-store")  # relative: to the notebook's directory
+    (jp_root_dir / "sub").mkdir()
+    (jp_root_dir / "sub" / "nb.ipynb").write_text("{}")
+    core.run_store_module().RunStore(jp_root_dir / "sub" / "relative-store")
+    assert (await _get(jp_fetch, "runs", path="sub/nb.ipynb"))["store"] == "sub/relative-store"
+
+
+async def test_kernel_source_is_bounded_to_source_files(jp_fetch, jp_root_dir) -> None:  # noqa: ANN001
+    (jp_root_dir / "notes.txt").write_text("secret\n")
+    (jp_root_dir / "data.parquet").write_bytes(b"PAR1")
+    (jp_root_dir / "nb.ipynb").write_text("{}")
+    for file in ("notes.txt", "data.parquet", "nb.ipynb"):
+        assert await _status(jp_fetch, "kernel-source", file=file, line=1) == 415, file
+    big = jp_root_dir / "huge.py"
+    big.write_text("x = 1\n" * (core.MAX_SOURCE_BYTES // 6 + 10))
+    assert await _status(jp_fetch, "kernel-source", file="huge.py", line=1) == 413
+    (jp_root_dir / "ok.py").write_text("x = 1\n")
+    assert (await _get(jp_fetch, "kernel-source", file="ok.py", line=1))["lines"] == 1
