@@ -1,12 +1,44 @@
 #!/usr/bin/env bash
 # Neuron Studio set-up in one command. Usage:
-#   bash run.sh lab    install everything, then start JupyterLab on the tutorials (emulated device by default)
-#   bash run.sh test   install everything (incl. test tools and Debian chromium), then run the full test suite
-# Creates/uses a virtual environment in .venv (override with NEURON_STUDIO_VENV).
+#   bash run.sh lab    install (first start only), then start JupyterLab on working copies of the tutorials
+#   bash run.sh test   install (first start only; plus test tools and Debian chromium), then run the full test suite
+# Creates/uses a virtual environment in .venv (override with NEURON_STUDIO_VENV). The installation is done
+# once and redone only when the project's dependencies change: a stamp in the venv holds a hash of the files
+# that decide what gets installed (see deps_hash). NEURON_STUDIO_TORCH_INDEX: an extra package index to take
+# torch from (e.g. PyTorch's CPU wheel index; see README). The tutorials are served from working copies in
+# workspace/ (override with NEURON_STUDIO_WORKSPACE), so running them never changes the tracked notebooks.
 set -euo pipefail
-cd "$(dirname "$0")"
-VENV="${NEURON_STUDIO_VENV:-.venv}"
-PY="${PYTHON:-python3}"
+
+TORCH_VERSION="2.13.0"
+STAMP_FILE="neuron-studio-install.sha256"
+
+# Files and directories whose content decides what `install` puts into the venv. The studio itself is an
+# editable install (its sources are used in place); the extension is a regular install, so its sources count.
+DEPS_INPUTS=(run.sh pyproject.toml extension/pyproject.toml extension/package.json extension/yarn.lock
+             extension/install.json extension/tsconfig.json extension/src extension/style
+             extension/neuron_studio_lab extension/jupyter-config)
+
+sha256_command() {
+  if command -v sha256sum >/dev/null 2>&1; then echo "sha256sum"; else echo "shasum -a 256"; fi
+}
+
+deps_hash() {
+  # One hash over the names and contents of DEPS_INPUTS' files (build outputs and caches left out).
+  # shellcheck disable=SC2086 # $sha is a command and its arguments
+  local existing=() p sha
+  sha="$(sha256_command)"
+  for p in "${DEPS_INPUTS[@]}"; do
+    if [ -e "$p" ]; then existing+=("$p"); fi
+  done
+  find "${existing[@]}" -type f ! -path '*/labextension/*' ! -path '*/__pycache__/*' ! -name '_version.py' \
+      ! -name '*.pyc' -print0 | LC_ALL=C sort -z | xargs -0 $sha | $sha | cut -d' ' -f1
+}
+
+install_needed() {
+  # True when the venv has no stamp or the stamp's hash differs from the current one.
+  local stamp="$VENV/$STAMP_FILE"
+  [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$(deps_hash)" ]
+}
 
 install() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -14,13 +46,47 @@ install() {
   fi
   # shellcheck disable=SC1091
   . "$VENV/bin/activate"
+  if ! install_needed; then
+    return 0
+  fi
+  echo "run.sh: installing into $VENV (first start, or the project's dependencies changed)" >&2
+  local want
+  want="$(deps_hash)"
   python -m pip install -q --upgrade pip
-  # The CPU build of torch, pinned first: an unpinned torch would pull a multi-GB CUDA build.
-  python -m pip install -q "torch==2.13.0"
+  # torch pinned first. Which build pip picks depends on the index: on Linux x86_64 the default index
+  # serves the CUDA build; NEURON_STUDIO_TORCH_INDEX (e.g. PyTorch's CPU index) adds an index to take it from.
+  if [ -n "${NEURON_STUDIO_TORCH_INDEX:-}" ]; then
+    python -m pip install -q --extra-index-url "$NEURON_STUDIO_TORCH_INDEX" "torch==$TORCH_VERSION"
+  else
+    python -m pip install -q "torch==$TORCH_VERSION"
+  fi
   python -m pip install -q -e ".[lab,test]"
   if [ -f extension/pyproject.toml ]; then
     python -m pip install -q ./extension
   fi
+  printf '%s\n' "$want" > "$VENV/$STAMP_FILE.tmp"
+  mv "$VENV/$STAMP_FILE.tmp" "$VENV/$STAMP_FILE"
+}
+
+lab_args() {
+  # JupyterLab refuses to start as root without --allow-root (the usual case in containers).
+  if [ "$(id -u)" = "0" ]; then
+    echo "--allow-root"
+  fi
+}
+
+prepare_workspace() {
+  # Working copies of the tutorials: copied once, never overwritten (your edits and outputs stay yours);
+  # tutorials added to notebooks/ later are copied on the next start.
+  mkdir -p "$WORKSPACE"
+  local f
+  while IFS= read -r -d '' f; do
+    f="${f#./}"
+    if [ ! -e "$WORKSPACE/$f" ]; then
+      mkdir -p "$(dirname "$WORKSPACE/$f")"
+      cp -p "notebooks/$f" "$WORKSPACE/$f"
+    fi
+  done < <(cd notebooks && find . -type f ! -path '*/.ipynb_checkpoints/*' ! -path '*/.neuron_studio/*' -print0)
 }
 
 install_browser() {
@@ -34,27 +100,42 @@ install_browser() {
   fi
 }
 
-case "${1:-}" in
-  lab)
-    install
-    exec jupyter lab notebooks/ --ip 127.0.0.1 "${@:2}"
-    ;;
-  test)
-    install
-    install_browser
-    if [ $# -gt 1 ]; then
-      exec python -m pytest -q "${@:2}"
-    fi
-    # Three sessions: the extension's route tests load pytest-jupyter's autouse event-loop fixtures,
-    # which must not leak into the core suite or the browser tests (Playwright runs its own loop).
-    status=0
-    python -m pytest -n 2 -q tests || status=$?
-    python -m pytest -q extension/tests || status=$?
-    python -m pytest -q extension/ui-tests || status=$?
-    exit $status
-    ;;
-  *)
-    echo "usage: bash run.sh lab|test [extra args]" >&2
-    exit 2
-    ;;
-esac
+main() {
+  cd "$(dirname "${BASH_SOURCE[0]}")"
+  VENV="${NEURON_STUDIO_VENV:-.venv}"
+  PY="${PYTHON:-python3}"
+  WORKSPACE="${NEURON_STUDIO_WORKSPACE:-workspace}"
+  case "${1:-}" in
+    lab)
+      install
+      prepare_workspace
+      local extra
+      extra="$(lab_args)"
+      # shellcheck disable=SC2086 # lab_args prints whole words
+      exec jupyter lab "$WORKSPACE" --ip 127.0.0.1 $extra "${@:2}"
+      ;;
+    test)
+      install
+      install_browser
+      if [ $# -gt 1 ]; then
+        exec python -m pytest -q "${@:2}"
+      fi
+      # Three sessions: the extension's route tests load pytest-jupyter's autouse event-loop fixtures,
+      # which must not leak into the core suite or the browser tests (Playwright runs its own loop).
+      local status=0
+      python -m pytest -n 2 -q tests || status=$?
+      python -m pytest -q extension/tests || status=$?
+      python -m pytest -q extension/ui-tests || status=$?
+      exit $status
+      ;;
+    *)
+      echo "usage: bash run.sh lab|test [extra args]" >&2
+      exit 2
+      ;;
+  esac
+}
+
+# Sourcing the file (tests) defines the functions without running anything.
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
+fi

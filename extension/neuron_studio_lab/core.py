@@ -322,10 +322,8 @@ def timeline(
     ops = _prepared_ops(store, record, cache)
     starts, ends = ops.starts, ops.ends
 
-    lo = int(starts.min()) if starts.size else 0
-    hi = int(ends.max()) if ends.size else 0
-    lo = lo if start_ns is None else int(start_ns)
-    hi = hi if end_ns is None else int(end_ns)
+    lo = ops.first_start if start_ns is None else int(start_ns)
+    hi = ops.last_end if end_ns is None else int(end_ns)
     if hi < lo:
         raise BadRequest("end_ns must be >= start_ns")
     span = max(hi - lo, 1)

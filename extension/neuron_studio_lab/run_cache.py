@@ -33,6 +33,8 @@ class PreparedOps:
     starts: np.ndarray  # int64 start times in start order
     ends: np.ndarray  # int64 end times, same order
     order: np.ndarray  # row index into `table` of each position of the start order
+    first_start: int  # the earliest start and the latest end: the whole run's window
+    last_end: int
     max_duration: int  # the longest op: an op overlapping [lo, hi] starts at or after lo - max_duration
     engines: dict[str, Any]  # engine name -> SortedIntervals (file order of first appearance)
     n_cores: int
@@ -45,6 +47,7 @@ class PreparedOps:
 
 def prepare_ops(table: Any, sorted_intervals: Callable[[np.ndarray, np.ndarray], Any]) -> PreparedOps:
     """Sort a device ops table (columns engine, start_ns, end_ns, core) once for `timeline` queries."""
+    table = table.combine_chunks()  # one chunk per column: taking a page of rows is then O(page), not O(n)
     starts = table.column("start_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     ends = table.column("end_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     encoded = table.column("engine").combine_chunks().dictionary_encode()
@@ -63,6 +66,8 @@ def prepare_ops(table: Any, sorted_intervals: Callable[[np.ndarray, np.ndarray],
         starts=starts[order],
         ends=ends[order],
         order=order,
+        first_start=int(starts.min()) if starts.size else 0,
+        last_end=int(ends.max()) if ends.size else 0,
         max_duration=int(durations.max()) if durations.size else 0,
         engines=engines,
         n_cores=max(1, int(np.unique(cores).size)) if cores.size else 1,

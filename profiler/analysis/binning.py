@@ -49,8 +49,7 @@ class SortedIntervals:
               ) -> tuple[np.ndarray, np.ndarray]:
         """Σ max(0, t - p) over p at each edge t = whole + frac, as (exact integer part, fractional part)."""
         # points are integers: p < t  <=>  p < whole + 1 when frac > 0, p < whole when frac == 0
-        k = np.where(frac > 0, np.searchsorted(points, whole + 1, side="left"),
-                     np.searchsorted(points, whole, side="left"))
+        k = np.searchsorted(points, whole + (frac > 0), side="left")
         return k * whole - prefix[k], k * frac
 
     def coverage(self, lo_ns: int, rel_edges: np.ndarray) -> np.ndarray:
