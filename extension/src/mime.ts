@@ -630,8 +630,27 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     el('div', { class: 'ns-TopRow' }, header(p), open),
     badges(p),
     tabs(pages),
-    warnings
+    warnings,
+    provenanceNote(p)
   );
+}
+
+/** A measured profile says what it was measured from and what it does not hold ("host time: not captured"). */
+export function provenanceNote(p: IProfilePayload): HTMLElement | null {
+  const prov = p.provenance;
+  if (!prov) {
+    return null;
+  }
+  const missing = (prov.not_captured ?? []).map(x => `${x}: not captured`).join('; ');
+  const derived = Object.entries(prov.figures ?? {})
+    .filter(([, v]) => v === 'derived' || v === 'modeled')
+    .map(([k]) => k)
+    .join(', ');
+  const text =
+    `Measured on Neuron hardware from ${prov.measured_from ?? 'an unknown source'}.` +
+    (missing ? ` ${missing}.` : '') +
+    (derived ? ` Derived or modeled: ${derived}.` : '');
+  return el('div', { class: 'ns-Provenance', text });
 }
 
 // ---- the rendermime renderer ---------------------------------------------------------------------

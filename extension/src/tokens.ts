@@ -113,6 +113,15 @@ export interface ICompare {
   ops?: { op: string; before_ns: number; after_ns: number; delta_ns: number; status: string }[];
 }
 
+/** What a measured profile was read from, what it does not hold, and what each headline figure is. */
+export interface IProvenance {
+  measured_from: string | null;
+  not_captured: string[];
+  /** figure -> measured | derived | modeled | not captured | unavailable */
+  figures: Record<string, string>;
+  figure_sources: Record<string, string>;
+}
+
 /** Per-engine utilization over the step, in bins (`start_ns[i]`..`end_ns[i]`). */
 export interface ISummaryTimeline {
   start_ns: number[];
@@ -140,6 +149,8 @@ export interface IProfilePayload {
   /** Geometric-mean error of the model against published measurements (1.0 = exact). */
   calibration_error?: number | null;
   host_time_ns?: number | null;
+  /** A measured profile's account of itself (null for modeled runs). */
+  provenance?: IProvenance | null;
   mfu: number | null;
   mbu: number | null;
   /** Launches per step (a float: adaptive mode fuses). */

@@ -88,7 +88,18 @@ def _seed(root: Path) -> dict:
     empty = dict(notebook, cells=[{"cell_type": "code", "execution_count": None, "id": "e1", "metadata": {},
                                    "source": "x = 1", "outputs": []}])
     (root / "empty.ipynb").write_text(json.dumps(empty))
-    return {"first": first, "second": second, "payload": payload}
+    # a measured profile (Neuron Explorer Parquet, no host events) as its payload would be saved in a notebook
+    sys.path.insert(0, str(REPO / "tests"))
+    from make_explorer_fixtures import write_explorer_fixture
+
+    from neuron_studio.profiler.neuron_profile import load_neuron_profile
+
+    measured = load_neuron_profile(write_explorer_fixture(root / "explorer-out")).to_summary()
+    cell = dict(notebook["cells"][0], source="prof", outputs=[{
+        "output_type": "execute_result", "execution_count": 1, "metadata": {},
+        "data": {"application/vnd.neuron-studio.profile+json": measured, "text/plain": "<Profile>"}}])
+    (root / "measured.ipynb").write_text(json.dumps(dict(notebook, cells=[cell])))
+    return {"first": first, "second": second, "payload": payload, "measured": measured}
 
 
 @pytest.fixture(scope="module")
@@ -217,3 +228,14 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
     page.screenshot(path=str(ARTIFACTS / "06-cell-source.png"))
 
     assert page.errors == []  # type: ignore[attr-defined]
+
+
+def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> None:  # noqa: ANN001
+    prov = lab["measured"]["provenance"]
+    page.goto(f"{lab['base']}/lab/workspaces/ns-ui-measured/tree/measured.ipynb?reset&token={TOKEN}")
+    profile = page.locator(".jp-OutputArea-output .ns-Profile")
+    profile.wait_for(timeout=30_000)
+    note = profile.locator(".ns-Provenance").inner_text()
+    assert note.startswith(f"Measured on Neuron hardware from {prov['measured_from']}.")
+    assert "host time: not captured" in note and "host time" in prov["not_captured"]
+    assert "step time (modeled)" not in profile.inner_text()
