@@ -232,10 +232,14 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
 
 def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> None:  # noqa: ANN001
     prov = lab["measured"]["provenance"]
-    page.goto(f"{lab['base']}/lab/workspaces/ns-ui-measured/tree/measured.ipynb?reset&token={TOKEN}")
-    profile = page.locator(".jp-OutputArea-output .ns-Profile")
-    profile.wait_for(timeout=30_000)
-    note = profile.locator(".ns-Provenance").inner_text()
-    assert note.startswith(f"Measured on Neuron hardware from {prov['measured_from']}.")
-    assert "host time: not captured" in note and "host time" in prov["not_captured"]
-    assert "step time (modeled)" not in profile.inner_text()
+    pg = page.context.new_page()      # a fresh tab: the edited notebook of the test above would hold this one
+    try:
+        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-measured/tree/measured.ipynb?reset&token={TOKEN}")
+        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
+        profile.wait_for(timeout=30_000)
+        note = profile.locator(".ns-Provenance").inner_text()
+        assert note.startswith(f"Measured on Neuron hardware from {prov['measured_from']}.")
+        assert "host time: not captured" in note and "host time" in prov["not_captured"]
+        assert "step time (modeled)" not in profile.inner_text()
+    finally:
+        pg.close()
