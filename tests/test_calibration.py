@@ -276,3 +276,49 @@ def test_dropout_is_a_device_op_with_a_host_drawn_mask() -> None:
     plain = model_run([ev(1, "aten::mul", ins=((n,),))], chip="trn2").ops["duration_ns"][0]
     assert drop.ops["duration_ns"][0] >= plain + mask_ns
     assert not math.isnan(drop.summary.step_time_ns)
+
+
+# -- what the user sees --------------------------------------------------------------------------------------
+def test_summary_shows_the_step_range_its_drivers_and_the_calibration_error() -> None:
+    import neuron_studio  # noqa: F401
+    from neuron_studio.profiler.capture import profile
+    from neuron_studio.profiler.profile_summary import profile_summary
+    from neuron_studio.ui.html import render_html
+    from neuron_studio.ui.text import render_text
+
+    w = torch.randn(64, 64, device="neuron")
+    prof = profile(lambda: (w @ w).relu().sum(), chip="trn2", mode="eager", host_events=False)
+    s = profile_summary(prof)
+    lo, hi = s["step_time_range_ns"]
+    assert lo < s["step_time_ns"] < hi
+    assert "launch_overhead_ns" in s["range_drivers"]
+    assert s["calibration_error"] == ModelConfig().calibration_error
+    html = render_html(s)
+    assert "step time (modeled)" in html and "calibration error" in html
+    assert "launch cost per NEFF execution" in html
+    assert f"{s['calibration_error']:.2f}x" in render_text(s)
+
+
+def test_kernel_saving_uses_the_kernel_model_not_the_roofline() -> None:
+    import pandas as pd
+
+    from neuron_studio.kernels.efficiency import roofline_factor
+    from neuron_studio.profiler.analysis.hot_path import HotOp, attach_savings
+
+    ops = pd.DataFrame({"op": ["aten::mm"], "module": [""], "flops": [2 * 4096.0 ** 3], "bytes": [3 * 2 * 4096.0 ** 2],
+                        "device_ns": [5e6], "seq": [1]})
+    roofs = type("R", (), {"peak_flops": 79e12, "hbm_bytes_per_s": 725e9})()
+
+    def hot() -> list:
+        return [HotOp(op="aten::mm", module="", source=None, count=1, device_ns=5_000_000, share=1.0,
+                      bound="compute", why="", engine="tensor",
+                      kernels=[{"kernel": "matmul_kernel", "kind": "candidate", "pattern": "aten::mm",
+                                "file": "matmul.py"}])]
+    by_roof, by_model = hot(), hot()
+    attach_savings(by_roof, ops, roofs)
+    attach_savings(by_model, ops, roofs, kernel_factor=lambda k: roofline_factor(k, "trn2"))
+    roof_saving = by_roof[0].kernels[0]["saving_ns"]
+    model_saving = by_model[0].kernels[0]["saving_ns"]
+    assert by_model[0].kernels[0]["kernel_time"] == "kernel model"
+    assert roofline_factor("matmul_kernel", "trn2") > 1.0
+    assert model_saving < roof_saving
