@@ -6,7 +6,7 @@ flow pair linking them, plus ProfilerStep annotations; the same trace is also wr
 directory. Then, each in a fresh subprocess (seconds after imports, peak RSS of the process):
 
 - ours, JSON:    read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path + roofline
-                 + cpu_fallbacks + sync_points
+                 + cpu_fallbacks + sync_points + kernel_breakdown + temporal_breakdown + gpu_vs_trainium
 - ours, Parquet: the same from the Parquet directory
 - HTA:           TraceAnalysis(trace_dir=...) (parse) + get_gpu_kernel_breakdown(visualize=False)
 
@@ -144,10 +144,14 @@ def worker_ours(path: str) -> dict:
     prof.roofline()
     prof.cpu_fallbacks()
     prof.sync_points()
+    kernels = prof.kernel_breakdown()          # what HTA's get_gpu_kernel_breakdown answers, plus the rest
+    prof.temporal_breakdown()
+    prof.gpu_vs_trainium()
     t3 = time.perf_counter()
     return {"seconds": t3 - t0, "import_s": t1 - t0, "model_s": t2 - t1, "analyses_s": t3 - t2,
             "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
-            "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot)}
+            "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot),
+            "kernels": int(len(kernels))}
 
 
 def worker_hta(trace_dir: str) -> dict:

@@ -60,10 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
-    rep = sub.add_parser("report", help="write the HTML report of a run (id or name) or a trace file")
-    rep.add_argument("target", help="run id or name in the store, or a Chrome-trace/Parquet trace path")
+    rep = sub.add_parser("report", help="write the HTML report of a run (id or name) or of trace files")
+    rep.add_argument("target", nargs="+", help="run id or name in the store, or Chrome-trace/Parquet trace "
+                     "path(s): several files are one job's ranks (ordered and aligned by their distributedInfo)")
     rep.add_argument("-o", "--output", default=None, help="output file (default report-<run>.html)")
     rep.add_argument("--store", default=None)
+
+    imp = sub.add_parser("import", help="store torch.profiler trace file(s) recorded elsewhere as a run (one per "
+                         "rank), so the JupyterLab panel lists it")
+    imp.add_argument("traces", nargs="+", help="Chrome-trace JSON (.json/.json.gz) files, one per rank")
+    imp.add_argument("--name", default=None, help="a name for the run (default: the first file's name)")
+    imp.add_argument("--store", default=None)
 
     ls = sub.add_parser("runs", help="list the runs in the store")
     ls.add_argument("--store", default=None)
@@ -83,8 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "runs":
             return cmd_runs(args)
+        if args.command == "import":
+            return cmd_import(args)
         return cmd_lab(args)
     except CliError as e:
+        print(f"neuron-studio: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # TraceFormatError / TraceSetError name the file and what was wrong
+        if type(e).__name__ not in ("TraceFormatError", "TraceSetError"):
+            raise
         print(f"neuron-studio: {e}", file=sys.stderr)
         return 2
     except LookupError as e:  # RunNotFound, TableNotFound, nothing saved
@@ -339,7 +353,9 @@ def report_html(summary: dict) -> str:
     from neuron_studio.ui.html import render_html
     from neuron_studio.ui.templating import render_template
 
-    return render_template("report.html", title=f"Neuron Studio report · run {summary.get('run_id')}",
+    run = summary.get("run_id")
+    title = f"Neuron Studio report · {f'run {run}' if run is not None else summary.get('name') or 'trace'}"
+    return render_template("report.html", title=title,
                            body=Markup(render_html(summary)))   # already escaped by its own templates
 
 
@@ -351,11 +367,15 @@ def _write_report(out: Path, store: Any, run_id: int, summary: dict) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    target = args.target
+    targets = list(args.target)
+    target = targets[0]
     path = Path(target)
-    if path.exists():
-        summary = _summary_of_trace(path)
-        default = f"report-{path.stem}.html"
+    if len(targets) > 1 or path.exists():
+        missing = [t for t in targets if not Path(t).exists()]
+        if missing:
+            raise CliError(f"report: no such trace file(s): {', '.join(missing)} (several targets must be files)")
+        summary = _summary_of_traces([Path(t) for t in targets])
+        default = f"report-{path.name.split('.')[0]}.html"
     else:
         from neuron_studio.store import RunStore
 
@@ -380,15 +400,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_of_trace(path: Path) -> dict:
-    try:
-        from neuron_studio.profiler.importers import read_trace
-    except ImportError:
-        raise CliError("report: reading trace files needs neuron_studio.profiler.importers") from None
-    from neuron_studio.profiler.profile import Profile
+def _summary_of_traces(paths: list[Path]) -> dict:
+    from neuron_studio.imported_runs import imported_summary, trace_profiles
 
-    prof = Profile.from_trace(read_trace(path))
-    return prof.to_summary(name=path.name)
+    return imported_summary(trace_profiles(paths), name=paths[0].name)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from neuron_studio.imported_runs import store_imported
+    from neuron_studio.store import RunStore
+    from neuron_studio.ui.text import render_text
+
+    missing = [t for t in args.traces if not Path(t).is_file() and not Path(t).is_dir()]
+    if missing:
+        raise CliError(f"import: no such trace file(s): {', '.join(missing)}")
+    store = RunStore(args.store)
+    run_id, summary = store_imported(store, args.traces, name=args.name)
+    print(render_text(summary))
+    print(f"neuron-studio: stored as run {run_id} in {store.root} (open it in the Neuron Profiler panel)")
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------ runs

@@ -14,6 +14,9 @@ from typing import Any, Callable
 import pandas as pd
 
 from neuron_studio.profiler.analysis import diff as _diff
+from neuron_studio.profiler.analysis import gpu as _gpu
+from neuron_studio.profiler.analysis import gpu_vs_trainium as _port
+from neuron_studio.profiler.analysis import trace_gaps as _gaps
 from neuron_studio.profiler.analysis import hot_path as _hot
 from neuron_studio.profiler.analysis import op_table as _table
 from neuron_studio.profiler.analysis import blockers as _blockers
@@ -82,6 +85,7 @@ class Profile:
         self.run_id = run_id
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self._hot_cache: dict[tuple[float, int], list] = {}
+        self._gpu_activity: pd.DataFrame | None = None
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
 
     @classmethod
@@ -180,11 +184,85 @@ class Profile:
                         return found
                 return self.kernel_lookup(op, "", None)
 
+        basis = self.hot_basis
+        if basis != _gaps.MODELED:       # ops without shapes: rank by what was measured, never by zeros
+            measured = self.ops.copy()
+            if basis == _gaps.MEASURED_GPU:
+                per_op = _gpu.gpu_time_per_op(self.gpu_activity())["gpu_ns"]
+                measured["device_ns"] = per_op.reindex(measured["seq"]).fillna(0).to_numpy(dtype="int64")
+                measured["engine"] = "gpu"
+            else:
+                measured["device_ns"] = measured["host_ns"]
+                measured["engine"] = "host"
+            measured["bound"] = "measured"
+            return _hot.hot_path(measured, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
         chip = self.trace.chip
         _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.device_run.config.launch_overhead_ns(
             self.trace.mode), kernel_factor=lambda k: default_kernel_factor(k, chip))
         return hot
+
+    @property
+    def hot_basis(self) -> str:
+        """What the hot path ranks by: "modeled device time", or measured GPU/host time when the trace's ops
+        were recorded without shapes (see analysis.trace_gaps)."""
+        act = self.gpu_activity()
+        linked = float(act.loc[act["op_seq"] >= 0, "dur_ns"].sum()) if len(act) else 0.0
+        return _gaps.hot_basis(self.trace.meta, self.trace.ops, linked)
+
+    def data_gaps(self) -> list[str]:
+        """What this (imported) trace lacks for the analyses, each naming how to record it."""
+        return _gaps.trace_gaps(self.trace.meta, self.trace.ops, self.gpu_activity())
+
+    # -- GPU traces (torch.profiler traces recorded on CUDA/ROCm) --------------------------------------
+    def gpu_activity(self) -> pd.DataFrame:
+        """Every GPU kernel, memcpy and memset, with its kind and the op that launched it (correlation ids)."""
+        if self._gpu_activity is None:
+            self._gpu_activity = _gpu.gpu_activity(self.trace.host, self.trace.ops)
+        return self._gpu_activity
+
+    def gpu_time_per_op(self) -> pd.DataFrame:
+        """Measured GPU time launched by each op (indexed by op seq)."""
+        return _gpu.gpu_time_per_op(self.gpu_activity())
+
+    def kernel_breakdown(self, top: int | None = 20) -> pd.DataFrame:
+        """GPU time by kernel name (count, total, mean, share, kind)."""
+        return _gpu.kernel_breakdown(self.gpu_activity(), top=top)
+
+    def temporal_breakdown(self) -> _gpu.TemporalBreakdown:
+        """GPU time split into compute / communication / memory / idle over the trace's GPU span."""
+        return _gpu.temporal_breakdown(self.gpu_activity())
+
+    def gpu_vs_trainium(self, *, gpu_price_per_hour: float | None = None) -> _port.GpuVsTrainium:
+        """The same job on Trainium: measured GPU time per op and per step next to the NeuronCore model's
+        estimate, the fallbacks the port would hit, and cost per 1,000 steps on both."""
+        from neuron_studio.hardware.specs import gpu_price_for
+
+        act = self.gpu_activity()
+        wins = _gpu.step_windows(self.trace.meta)
+        steps = max(1, len(wins)) if len(wins) else self.steps
+        if len(wins):
+            step_ns = float(wins["dur_ns"].mean())
+            in_steps = act[(act["start_ns"] >= wins["start_ns"].min()) & (act["start_ns"] < wins["end_ns"].max())]
+        else:
+            step_ns = float(_gpu.temporal_breakdown(act).span_ns)
+            in_steps = act
+        busy = _gpu.temporal_breakdown(in_steps)
+        busy_ns = (busy.span_ns - busy.idle_ns) / steps
+        devices = (self.trace.meta.get("imported") or {}).get("devices") or []
+        gpu_name = devices[0].get("name") if devices else None
+        price, source = (gpu_price_per_hour, "given") if gpu_price_per_hour is not None else gpu_price_for(gpu_name)
+        cost = self.cost()
+        explain = None
+        try:
+            from neuron_studio.device.coverage import op_coverage
+            explain = op_coverage().explain
+        except ImportError:  # pragma: no cover - the device package ships with the studio
+            pass
+        return _port.compare_gpu_trainium(
+            self.ops, _gpu.gpu_time_per_op(act), steps=steps, gpu_step_ns=step_ns, gpu_busy_ns=busy_ns,
+            trainium_step_ns=cost.step_time_ns, chip=cost.chip, trainium_price=cost.price_per_hour_usd,
+            gpu=gpu_name, gpu_price=price, gpu_price_source=source, explain=explain)
 
     def cpu_fallbacks(self) -> pd.DataFrame:
         return _blockers.cpu_fallbacks(self.ops)

@@ -65,6 +65,8 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                 "line": k.get("line"), "saving_ns": _num(k.get("saving_ns")), "scope": k.get("scope"),
             },
         })
+    # ops recorded without shapes cannot be modeled: no modeled headline built on them (the warnings say why)
+    sized = prof.hot_basis == "modeled device time"
     fb = prof.cpu_fallbacks()
     sp = prof.sync_points()
     rc = prof.recompiles()
@@ -80,11 +82,11 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "modeled": prof.modeled_figures,
         "status": status or meta.get("status", "ok"),
         "steps": steps,
-        "step_time_ns": _num(prof.step_time_ns),
-        **_uncertainty(prof),
+        "step_time_ns": _num(prof.step_time_ns) if sized else None,
+        **(_uncertainty(prof) if sized else {}),
         "host_time_ns": _num(prof.host_time_ns),
-        "mfu": _num(s.mfu),
-        "mbu": _num(s.mbu),
+        "mfu": _num(s.mfu) if sized else None,
+        "mbu": _num(s.mbu) if sized else None,
         "launches": _num(prof.launches_per_step),
         "ops_per_step": _num(s.n_ops / steps),
         "engines": [{"engine": e, "utilization": _num(s.engine_utilization.get(e, 0.0)),
@@ -104,16 +106,49 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                         for r in sp.head(50).itertuples(index=False)],
         "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
                        for r in rc.itertuples(index=False)],
-        "cost": {"chip": cost.chip, "per_step_usd": _num(cost.per_step_usd),
-                 "per_1000_steps_usd": _num(cost.per_1000_steps_usd),
-                 "h100_per_1000_steps_usd": _num(cost.h100_per_1000_steps_usd),
+        "cost": {"chip": cost.chip, "per_step_usd": _num(cost.per_step_usd) if sized else None,
+                 "per_1000_steps_usd": _num(cost.per_1000_steps_usd) if sized else None,
+                 "h100_per_1000_steps_usd": _num(cost.h100_per_1000_steps_usd) if sized else None,
                  "price_per_hour_usd": _num(cost.price_per_hour_usd),
                  "h100_price_per_hour_usd": _num(cost.h100_price_per_hour_usd),
-                 "h100_step_time_ns": _num(cost.h100_step_time_ns), "modeled": True},
+                 "h100_step_time_ns": _num(cost.h100_step_time_ns) if sized else None, "modeled": True},
         "compare": compare,
-        "warnings": list(warnings or []) + _trace_warnings(meta),
+        "hot_basis": prof.hot_basis,
+        "source": _source(meta),
+        "gpu": _gpu_block(prof),
+        "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps(),
         "provenance": _provenance(meta),
     })
+
+
+def _source(meta: dict) -> dict | None:
+    """Where an imported trace came from: file, rank, world size, devices."""
+    imp = meta.get("imported")
+    if not isinstance(imp, dict):
+        return None
+    devices = imp.get("devices") or []
+    return {"file": imp.get("file"), "kind": imp.get("kind"), "rank": meta.get("rank"),
+            "world_size": meta.get("world_size"), "device": devices[0].get("name") if devices else None,
+            "events": imp.get("events"), "ops": imp.get("ops")}
+
+
+def _gpu_block(prof: Any) -> dict | None:
+    """Measured GPU figures of an imported CUDA/ROCm trace and the same job modeled on Trainium."""
+    act = prof.gpu_activity()
+    if not len(act):
+        return None
+    tb = prof.temporal_breakdown()
+    kb = prof.kernel_breakdown(top=15)
+    linked = act[act["op_seq"] >= 0]
+    return {
+        "activities": int(len(act)), "total_ns": int(act["dur_ns"].sum()),
+        "unattributed_ns": int(act.loc[act["op_seq"] < 0, "dur_ns"].sum()),
+        "linked_ops": int(linked["op_seq"].nunique()),
+        "temporal": tb.to_dict(),
+        "kernels": [{"name": r.name, "kind": r.kind, "count": int(r.count), "total_ns": int(r.total_ns),
+                     "mean_ns": float(r.mean_ns), "share": float(r.share)} for r in kb.itertuples(index=False)],
+        "vs_trainium": prof.gpu_vs_trainium().to_summary(),
+    }
 
 
 def _finite(o: Any) -> Any:

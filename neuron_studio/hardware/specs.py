@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 __all__ = ["ChipSpec", "CoreFigures", "SpecError", "chip_spec", "available_chips", "trainium_chips", "load_specs",
-           "SPECS_PATH", "FIGURE_FIELDS"]
+           "gpu_price_for", "SPECS_PATH", "FIGURE_FIELDS"]
 
 SPECS_PATH = Path(__file__).with_name("specs.json")
 
@@ -351,3 +351,24 @@ def chip_spec(name: str, overrides: Mapping[str, float] | None = None, *,
     except SpecError as exc:
         raise SpecError(f"override {sorted(changes)} is inconsistent: {exc}") from exc
     return out
+
+
+def gpu_price_for(device_name: str | None, *, path: Path | str | None = None) -> tuple[float | None, str]:
+    """(USD per GPU-hour, its source) for a recorded GPU name ("NVIDIA A100-SXM4-40GB"), from the spec file's
+    `gpu_prices` table; (None, why) when the device is unknown or has no listed price."""
+    if not device_name:
+        return None, "the trace names no GPU (no deviceProperties)"
+    for entry in load_specs(path).get("gpu_prices", {}).get("prices", []):
+        if not isinstance(entry, dict) or not isinstance(entry.get("match"), str):
+            raise SpecError("gpu_prices.prices entries need a 'match' string")
+        if entry["match"].lower() not in device_name.lower():
+            continue
+        if entry.get("chip"):
+            spec = chip_spec(entry["chip"], path=path)
+            return spec.price_per_chip_hour_usd, spec.sources.get("price_per_chip_hour_usd", entry["chip"])
+        price = _check_value(f"gpu_prices[{entry['match']}]", "usd_per_gpu_hour", entry.get("usd_per_gpu_hour"))
+        src = entry.get("source")
+        if not isinstance(src, str) or not src.strip():
+            raise SpecError(f"gpu_prices[{entry['match']}]: every price needs a non-empty 'source'")
+        return float(price), src
+    return None, f"no price listed for {device_name!r} in the spec file's gpu_prices"

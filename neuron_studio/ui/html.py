@@ -20,7 +20,8 @@ from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt_usd
 from neuron_studio.ui.templating import ENGINE_COLORS, render_template
 
-__all__ = ["render_html", "profile_tabs", "timeline_view", "measured_view", "Tab", "fmt_ns", "fmt_pct", "escape", "ENGINE_COLORS"]
+__all__ = ["render_html", "profile_tabs", "timeline_view", "measured_view", "gpu_temporal_view", "source_line", "Tab",
+           "fmt_ns", "fmt_pct", "escape", "ENGINE_COLORS"]
 
 
 def escape(v: Any) -> str:
@@ -44,7 +45,37 @@ def profile_tabs(s: dict) -> list[Tab]:
     ranks = s.get("ranks_analysis")
     if isinstance(ranks, dict) and ranks:
         tabs.insert(1, Tab(f"Ranks ({len(ranks.get('ranks') or [])})", "tabs/ranks.html"))
+    gpu = s.get("gpu")
+    if isinstance(gpu, dict) and gpu:      # an imported CUDA/ROCm trace: measured GPU, then the port estimate
+        at = 1 + (isinstance(ranks, dict) and bool(ranks))
+        tabs[at:at] = [Tab("GPU (measured)", "tabs/gpu.html", {"temporal": gpu_temporal_view(gpu)})] + (
+            [Tab("GPU → Trainium", "tabs/gpu_vs_trainium.html")] if isinstance(gpu.get("vs_trainium"), dict) else [])
     return tabs
+
+
+def gpu_temporal_view(gpu: dict) -> list[dict[str, Any]]:
+    """The temporal-breakdown strip: one segment per kind with its width (%), colour and figures."""
+    t = gpu.get("temporal") if isinstance(gpu.get("temporal"), dict) else {}
+    out = []
+    for kind, color in (("compute", "#4e79a7"), ("communication", "#f28e2b"), ("memory", "#9c755f"),
+                        ("idle", "#ddd")):
+        share = as_number(t.get(f"{kind}_share")) or 0.0
+        out.append({"kind": kind, "color": color, "width": f"{max(0.0, min(100.0, share * 100)):.2f}",
+                    "share": t.get(f"{kind}_share"), "ns": t.get(f"{kind}_ns")})
+    return out
+
+
+def source_line(s: dict) -> str:
+    """"file · rank 0 of 2 · NVIDIA A100" for an imported trace, else ""."""
+    src = s.get("source") if isinstance(s.get("source"), dict) else {}
+    if not src:
+        return ""
+    parts = [str(src.get("file") or "trace")]
+    if src.get("rank") is not None:
+        parts.append(f"rank {src['rank']} of {src.get('world_size')}")
+    if src.get("device"):
+        parts.append(str(src["device"]))
+    return " · ".join(parts)
 
 
 def timeline_view(s: dict, width: int = 900, row_h: int = 14) -> dict[str, Any]:
@@ -122,4 +153,6 @@ def render_html(s: dict) -> str:
                            calibration_error=as_number(s.get("calibration_error")) if modeled else None,
                            range_drivers=[str(v) for v in drivers.values()],
                            badges=badges, key_figures=_key_figures(s, modeled), tabs=profile_tabs(s),
-                           measured=None if modeled else measured_view(s))
+                           measured=None if modeled else measured_view(s),
+                           imported=s.get("backend") == "imported", source_line=source_line(s),
+                           hot_basis=s.get("hot_basis") or "modeled device time")

@@ -19,10 +19,44 @@ def _range(s: dict) -> str:
     return out + (f" [model error {float(err):.2f}x]" if err else "")
 
 
+def _run_label(s: dict) -> str:
+    if s.get("run_id") is not None:
+        return f"run {s['run_id']}"
+    return "(imported trace)" if s.get("backend") == "imported" else "(no run id)"
+
+
+def _usd(v: Any) -> str:
+    return "unavailable" if v is None else f"${float(v):.4g}"
+
+
+def _gpu_lines(s: dict, top: int) -> list[str]:
+    """An imported GPU trace: measured temporal and kernel breakdowns, and the same job modeled on Trainium."""
+    g = s.get("gpu")
+    if not isinstance(g, dict):
+        return []
+    t = g.get("temporal") or {}
+    kinds = ("compute", "communication", "memory", "idle")
+    lines = ["  GPU (measured): " + "  ".join(f"{k} {_pct(t.get(k + '_share'))}" for k in kinds)
+             + f"  over {fmt_ns(t.get('span_ns'))}"]
+    for k in (g.get("kernels") or [])[:top]:
+        lines.append(f"    {_pct(k.get('share')):>6}  {fmt_ns(k.get('total_ns')):>9}  {str(k.get('name'))[:90]}")
+    v = g.get("vs_trainium")
+    if isinstance(v, dict):
+        trn = fmt_ns(v["trainium_step_ns"]) if v.get("trainium_step_ns") is not None else "not modeled"
+        lines.append(f"  same job on {v.get('chip')} (modeled): step {trn} vs {v.get('gpu') or 'GPU'} "
+                     f"{fmt_ns(v.get('gpu_step_ns'))} measured; per 1,000 steps "
+                     f"{_usd(v.get('trainium_per_1000_steps_usd'))} vs {_usd(v.get('gpu_per_1000_steps_usd'))}")
+        for i in (v.get("port_issues") or [])[:top]:
+            lines.append(f"    port would hit: {i.get('op')} x{i.get('count')}: {i.get('why')}")
+        for n in v.get("notes") or []:
+            lines.append(f"    note: {n}")
+    return lines
+
+
 def render_text(s: dict, *, top: int = 5) -> str:
     modeled = " (modeled)" if s.get("modeled", True) else ""
     lines = [
-        f"Neuron profile run {s.get('run_id')}{' ' + str(s['name']) if s.get('name') else ''}: "
+        f"Neuron profile {_run_label(s)}{' ' + str(s['name']) if s.get('name') else ''}: "
         f"{s.get('mode')} on {s.get('chip')} [{s.get('backend')}] status={s.get('status')}",
         f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}{_range(s)}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
         f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
@@ -49,6 +83,7 @@ def render_text(s: dict, *, top: int = 5) -> str:
     cmp_ = s.get("compare")
     if cmp_ and cmp_.get("step_time_delta_pct") is not None:
         lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")
+    lines.extend(_gpu_lines(s, top))
     for w in s.get("warnings") or []:
         lines.append(f"  ! {w}")
     prov = s.get("provenance")
@@ -67,7 +102,10 @@ def render_ranks_text(block: dict) -> str:
     for r in block.get("ranks", []):
         lines.append(f"    rank {r['rank']}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
                      f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
-                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%")
+                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%"
+                     + ("" if r.get("gpu_compute_share") is None else
+                        "  GPU " + " ".join(f"{k} {_pct(r.get(f'gpu_{k}_share'))}"
+                                            for k in ("compute", "communication", "memory", "idle"))))
     s = block.get("straggler")
     if s:
         lines.append(f"  straggler: rank {s['rank']} — the others wait {fmt_ns(s['caused_wait_ns'])} in {s['op']} "

@@ -306,11 +306,44 @@ def analyze_ranks(traces: Sequence[Any], profiles: dict[int, Any] | None = None,
     notes = []
     if any(not t.meta.get("start_wall_ns") for t in traces):
         notes.append("some ranks have no start time: their timelines are not aligned")
+    rank_ids = list(ranks) if ranks is not None else [int(t.meta.get("rank", i)) for i, t in enumerate(traces)]
+    if len(set(rank_ids)) < len(rank_ids):
+        dup = sorted({r for r in rank_ids if rank_ids.count(r) > 1})
+        notes.append(f"rank(s) {dup} appear in more than one trace: the traces are not one job's ranks")
+    world = max((int(t.meta.get("world_size") or 0) for t in traces), default=0)
+    if world > len(set(rank_ids)):
+        notes.append(f"{len(set(rank_ids))} of {world} ranks present: figures cover these ranks only")
     slowest = None
     if len(inst):
         r = inst.loc[inst["span_ns"].idxmax()]
         slowest = {"op": str(r["op"]), "index": int(r["index"]), "group": str(r["group"]), "bytes": float(r["bytes"]),
                    "span_ns": float(r["span_ns"]), "last_rank": int(r["last_rank"]),
                    "max_wait_ns": float(r["max_wait_ns"])}
-    return RankAnalysis(ranks=rank_table(timeline, coll, profiles), collectives=coll, instances=inst,
+    table = rank_table(timeline, coll, profiles)
+    if len(table):
+        table = _measured_step_times(table, dict(zip(rank_ids, traces)))
+    return RankAnalysis(ranks=table, collectives=coll, instances=inst,
                         timeline=timeline, straggler=find_straggler(coll), slowest_collective=slowest, notes=notes)
+
+
+def _measured_step_times(table: pd.DataFrame, by_rank: dict[int, Any]) -> pd.DataFrame:
+    """Where a rank's trace recorded ProfilerStep#N windows, its step time is their mean duration (what the
+    step took on that rank), not the span of the ops it could attribute. Ranks recorded on a GPU also get
+    their temporal breakdown (shares of compute / communication / memory / idle over their GPU span)."""
+    from neuron_studio.profiler.analysis.gpu import gpu_activity, temporal_breakdown
+
+    out = table.copy()
+    for i, rank in enumerate(out["rank"].tolist()):
+        t = by_rank.get(int(rank))
+        if t is None:
+            continue
+        wins = (t.meta.get("imported") or {}).get("step_windows") or []
+        if wins:
+            out.loc[i, "step_time_ns"] = float(np.mean([w["end_ns"] - w["start_ns"] for w in wins]))
+            out.loc[i, "steps"] = len(wins)
+        act = gpu_activity(t.host, t.ops)
+        if len(act):
+            tb = temporal_breakdown(act)
+            for part in ("compute", "communication", "memory", "idle"):
+                out.loc[i, f"gpu_{part}_share"] = tb.share(part)
+    return out

@@ -48,7 +48,8 @@ def _fast_loads(data: bytes) -> Any:
         return _FAILED
 
 
-def load_json(data: bytes) -> Any:
+def json_text(data: bytes) -> bytes:
+    """The JSON text of a file's bytes (gunzipped when compressed), or BadTrace naming what it is instead."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise BadTrace(f"expected bytes, got {type(data).__name__}")
     data = bytes(data)
@@ -61,6 +62,11 @@ def load_json(data: bytes) -> Any:
         raise BadTrace("empty file")
     if data[:4] == b"PAR1":
         raise BadTrace("a Parquet file; read the trace directory that contains it instead")
+    return data
+
+
+def load_json(data: bytes) -> Any:
+    data = json_text(data)
     fast = _fast_loads(data)
     if fast is not _FAILED:
         return fast

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from neuron_studio.profiler.importers.common import BadTrace
-from neuron_studio.profiler.importers.json_text import load_json
+from neuron_studio.profiler.importers.json_text import json_text, load_json
 from neuron_studio.profiler.importers.studio_formats import read_parquet_dir, studio_chrome_trace
 from neuron_studio.profiler.importers.torch_chrome import plain_chrome_trace
+from neuron_studio.profiler.importers.torch_events import needs_raw_text
 from neuron_studio.profiler.trace import Trace, TraceFormatError
 
 __all__ = ["read_trace", "read_trace_bytes", "trace_from_chrome"]
@@ -26,9 +27,10 @@ def read_trace(path: str | os.PathLike) -> Trace:
         if p.is_dir():
             return _guard(name, lambda: read_parquet_dir(p))
         with _gc_paused():
-            # the file's bytes live only while they are parsed (a 1M-event trace is ~250 MB)
-            doc = _guard(name, lambda: load_json(p.read_bytes()))
-            return trace_from_chrome(doc, name=name)
+            # the file's bytes live only while they are parsed (a 1M-event trace is ~250 MB), unless its
+            # timestamps need their decimal text to be exact
+            doc, raw = _guard(name, lambda: _parse(p.read_bytes()))
+            return trace_from_chrome(doc, name=name, raw=raw)
     except OSError as e:
         raise TraceFormatError(f"{name}: cannot be read ({e.strerror or e})") from None
 
@@ -36,8 +38,16 @@ def read_trace(path: str | os.PathLike) -> Trace:
 def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
     """Read a Chrome trace JSON document (optionally gzip-compressed) held in memory."""
     with _gc_paused():
-        doc = _guard(name, lambda: load_json(data))
-        return trace_from_chrome(doc, name=name)
+        doc, raw = _guard(name, lambda: _parse(data))
+        return trace_from_chrome(doc, name=name, raw=raw)
+
+
+def _parse(data: bytes) -> tuple[Any, bytes | None]:
+    """The parsed document, and its text when exact timestamps need it (else None, so it can be freed)."""
+    text = json_text(data)
+    del data
+    doc = load_json(text)
+    return doc, (text if needs_raw_text(doc) else None)
 
 
 @contextlib.contextmanager
@@ -74,10 +84,11 @@ def _guard(name: str, fn: Any) -> Trace:
 
 
 
-def trace_from_chrome(doc: Any, *, name: str = "<memory>") -> Trace:
-    """A parsed Chrome trace document → Trace (ours exactly; any other → imported host events + ops)."""
+def trace_from_chrome(doc: Any, *, name: str = "<memory>", raw: bytes | None = None) -> Trace:
+    """A parsed Chrome trace document → Trace (ours exactly; any other → imported host events + ops).
+    `raw`, the document's JSON text, lets epoch timestamps with ns fractions be read exactly."""
     if isinstance(doc, list):
-        return _guard(name, lambda: plain_chrome_trace(doc, {}, name))
+        return _guard(name, lambda: plain_chrome_trace(doc, {}, name, raw))
     if not isinstance(doc, dict):
         raise TraceFormatError(f"{name}: expected a JSON object with 'traceEvents' or an event array, "
                                f"got {type(doc).__name__}")
@@ -90,5 +101,5 @@ def trace_from_chrome(doc: Any, *, name: str = "<memory>") -> Trace:
     events = doc["traceEvents"]
     if not isinstance(events, list):
         raise TraceFormatError(f"{name}: 'traceEvents' must be an array, got {type(events).__name__}")
-    return _guard(name, lambda: plain_chrome_trace(events, doc, name))
+    return _guard(name, lambda: plain_chrome_trace(events, doc, name, raw))
 

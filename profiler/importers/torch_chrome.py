@@ -1,6 +1,13 @@
 """Plain torch.profiler / Chrome traces (any PyTorch program) -> a `Trace`: every complete event becomes a
 `host` row; the outermost framework ops ("ns::op") on each thread become `ops`, sized from their recorded
-inputs. String tests run once per distinct name or category, then broadcast through codes."""
+inputs. String tests run once per distinct name or category, then broadcast through codes.
+
+What the events mean across kineto generations (categories, op names vs wrapper nodes, rank identity, the
+clock base) is in `neuron_studio.profiler.kineto`. Times are integer nanoseconds from the first event: when
+the file's µs values are beyond float64's exact range (epoch timestamps with ns fractions), they are read
+from the decimal text (`profiler.timestamps`). Steps are `ProfilerStep#N` windows on the CPU; an op belongs
+to the window holding its start on any thread of its process (backward-thread ops included). GPU activity
+keeps the args the analyses join on (correlation, External id, stream, device, grid, block, bytes)."""
 from __future__ import annotations
 
 import math
@@ -11,7 +18,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler import kineto
 from neuron_studio.profiler.importers.common import BadTrace, frame_of
+from neuron_studio.profiler.importers.torch_events import gpu_arg_columns, port_fallbacks, start_abs_ns
 from neuron_studio.profiler.importers.torch_op_sizes import derive_sizes, is_inplace, per_name
 from neuron_studio.profiler.trace import Trace
 
@@ -60,7 +69,8 @@ def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
 
 
 def _intern_ids(values: Any, what: str, where: _Where) -> tuple[np.ndarray, dict]:
-    """pid/tid values → int64 (ints as given; strings such as "Spans" numbered above 2**40)."""
+    """pid/tid values → int64 (ints as given, decimal strings such as 2021's "25738" as their number; other
+    strings such as "Spans" or "stream 7" numbered above 2**40)."""
     kinds = set(map(type, values))
     if kinds <= {int}:
         if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
@@ -71,6 +81,8 @@ def _intern_ids(values: Any, what: str, where: _Where) -> tuple[np.ndarray, dict
     for j, v in enumerate(values):
         if type(v) is int and -_INT64_MAX <= v <= _INT64_MAX:
             out[j] = v
+        elif type(v) is str and v.isdigit() and len(v) < 19:
+            out[j] = int(v)
         elif type(v) is str:
             code = names.get(v)
             if code is None:
@@ -154,8 +166,11 @@ class _Events:
     dur_ns: np.ndarray
     tids: np.ndarray
     tid_names: dict
+    pids: np.ndarray
     keep: np.ndarray          # all but the profiler's own whole-run span
     t0: float                 # first kept timestamp (us)
+    origin_ns: int            # the same, exact, in the trace's clock (ns)
+    timestamps: str           # "exact" or "float64" (the decimal text could not be matched to the events)
     cat_codes: np.ndarray
     cat_uni: list
     name_codes: np.ndarray
@@ -173,8 +188,8 @@ class _Events:
         return per[self.name_codes] if self.n else np.zeros(0, dtype=bool)
 
 
-def _complete_events(events: list) -> tuple[list[dict], _Where]:
-    """Complete events ("X"), plus B/E pairs matched per thread."""
+def _complete_events(events: list) -> tuple[list[dict], _Where, list]:
+    """Complete events ("X"), plus B/E pairs matched per thread; and every event's phase."""
     if not set(map(type, events)) <= {dict}:
         raise BadTrace(f"event {next(i for i, ev in enumerate(events) if type(ev) is not dict)} is not an object")
     phs = list(map(_GET_PH, events))
@@ -185,10 +200,10 @@ def _complete_events(events: list) -> tuple[list[dict], _Where]:
         be = _pair_begin_end([events[i] for i in be_pos], be_pos)
         xs += be
         extra = [e.pop("_pos") for e in be]
-    return xs, _Where(phs, extra)
+    return xs, _Where(phs, extra), phs
 
 
-def _event_columns(xs: list[dict], where: _Where) -> _Events:
+def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: bytes | None) -> _Events:
     """Check each field's type and range (naming the first bad event) and lay the events out as columns."""
     n = len(xs)
     try:  # fast path: every event has all five keys (torch.profiler's do)
@@ -199,6 +214,7 @@ def _event_columns(xs: list[dict], where: _Where) -> _Events:
         ts_l = tuple(e.get("ts") for e in xs)
         dur_l = tuple(e.get("dur", 0) for e in xs)
         tid_l = tuple(e.get("tid", 0) for e in xs)
+    pid_l = tuple(e.get("pid", 0) for e in xs)
     if not set(map(type, names)) <= {str}:
         _fail_first(names, lambda v: type(v) is str, "name must be a string", where)
     if not set(map(type, cats)) <= {str}:
@@ -208,46 +224,80 @@ def _event_columns(xs: list[dict], where: _Where) -> _Events:
     if n and (dur < 0).any():
         j = int(np.flatnonzero(dur < 0)[0])
         raise BadTrace(f"event {where(j)}: negative duration {dur[j]}")
-    cat_arr = np.asarray(cats, dtype=object)
-    cat_codes, cat_uni = pd.factorize(cat_arr)
-    cat_uni = list(cat_uni)
+    # one spelling per category across trace generations (2021 "Operator"/"Kernel" → "cpu_op"/"kernel")
+    raw_codes, raw_uni = pd.factorize(np.asarray(cats, dtype=object))
+    normal = [kineto.normal_category(c) for c in raw_uni]
+    cat_uni = list(dict.fromkeys(normal))
+    remap = np.asarray([cat_uni.index(c) for c in normal], dtype=np.int64)
+    cat_codes = remap[raw_codes] if n else raw_codes
+    cat_arr = np.asarray(cat_uni, dtype=object)[cat_codes] if n else np.zeros(0, dtype=object)
     keep = ~(cat_codes == cat_uni.index("Trace") if "Trace" in cat_uni else np.zeros(n, dtype=bool))
     t0 = float(ts[keep].min()) if keep.any() else 0.0
     if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
         raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
+    abs_ns, timestamps = start_abs_ns(ts, events, phs, raw, n_paired=len(where.extra))
+    origin = int(abs_ns[keep].min()) if keep.any() else 0
     tids, tid_names = _intern_ids(tid_l, "tid", where)
+    pids, _ = _intern_ids(pid_l, "pid", where)
     name_arr = np.asarray(names, dtype=object)
     name_codes, name_uni = pd.factorize(name_arr)
-    return _Events(xs=xs, name=name_arr, cat=cat_arr, start_ns=np.rint((ts - t0) * 1000.0).astype(np.int64),
-                   dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, keep=keep, t0=t0,
+    return _Events(xs=xs, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
+                   dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, pids=pids,
+                   keep=keep, t0=t0, origin_ns=origin, timestamps=timestamps,
                    cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni)
 
 
 # -- host rows and op rows --------------------------------------------------------------------------------------
 def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray) -> pd.DataFrame:
     keep = ev.keep
+    wanted = np.flatnonzero(keep & np.isin(ev.cat_codes, [ev.cat_uni.index(c) for c in
+                                                          kineto.GPU_CATEGORIES + kineto.RUNTIME_CATEGORIES
+                                                          if c in ev.cat_uni]))
+    extra = gpu_arg_columns([ev.xs[i].get("args") for i in wanted], wanted, ev.n)
     return frame_of({
         "name": ev.name[keep], "category": ev.cat[keep], "thread": ev.tids[keep],
         "start_ns": ev.start_ns[keep], "dur_ns": ev.dur_ns[keep], "input_shapes": in_shapes[keep],
         "flops": flops_host[keep], "stack": np.full(int(keep.sum()), None, dtype=object),
+        "pid": ev.pids[keep], **{k: v[keep] for k, v in extra.items()},
     })
 
 
-def _region_values(ev: _Events, is_cpu_op: np.ndarray, leaf_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Per op: phase (inside an autograd engine function → backward) and step (inside "ProfilerStep#N");
+def _step_windows(ev: _Events) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of the CPU "ProfilerStep#N" events (a `gpu_user_annotation` copy is not a step) and their N."""
+    on_cpu = np.zeros(ev.n, dtype=bool)
+    for c in kineto.STEP_CATEGORIES:
+        on_cpu |= ev.cat_is(c)
+    ann = np.flatnonzero(on_cpu & ev.keep & ev.name_matches(lambda x: x.startswith("ProfilerStep#")))
+    step_no = np.asarray([_step_number(ev.name[i]) for i in ann], dtype=np.int64)
+    ok = step_no >= 0
+    return ann[ok], step_no[ok]
+
+
+def _step_of(start: np.ndarray, pid: np.ndarray, w_start: np.ndarray, w_end: np.ndarray, w_pid: np.ndarray,
+             w_step: np.ndarray) -> np.ndarray:
+    """Per op, the step whose window (on any thread of the op's process) holds its start; 0 outside all."""
+    out = np.zeros(len(start), dtype=np.int64)
+    for p in np.unique(w_pid):
+        m = np.flatnonzero(pid == p)
+        wm = np.flatnonzero(w_pid == p)
+        order = wm[np.argsort(w_start[wm], kind="stable")]
+        k = np.searchsorted(w_start[order], start[m], side="right") - 1
+        ok = (k >= 0) & (start[m] < w_end[order[np.maximum(k, 0)]])
+        out[m[ok]] = w_step[order[k[ok]]]
+    return out
+
+
+def _region_values(ev: _Events, is_cpu_op: np.ndarray, leaf_rows: np.ndarray,
+                   ann: np.ndarray, step_no: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per op: phase (inside an autograd engine function → backward) and step (its ProfilerStep window);
     and the number of steps seen."""
     s, e, th = ev.start_ns[leaf_rows], ev.start_ns[leaf_rows] + ev.dur_ns[leaf_rows], ev.tids[leaf_rows]
     bwr = np.flatnonzero(is_cpu_op & ev.name_matches(lambda x: x.startswith("autograd::engine::evaluate_function")))
     phase = _containing(s, e, th, ev.start_ns[bwr], ev.start_ns[bwr] + ev.dur_ns[bwr], ev.tids[bwr],
                         np.full(len(bwr), "backward", dtype=object), "forward")
-    ann = np.flatnonzero(ev.cat_is("user_annotation") & ev.name_matches(lambda x: x.startswith("ProfilerStep#")))
-    step_no = np.asarray([_step_number(ev.name[i]) for i in ann], dtype=np.int64)
-    okstep = step_no >= 0
-    ann, step_no = ann[okstep], step_no[okstep]
-    steps = _containing(s, e, th, ev.start_ns[ann], ev.start_ns[ann] + ev.dur_ns[ann], ev.tids[ann],
-                        step_no, 0).astype(np.int64) if len(ann) else np.zeros(len(leaf_rows), dtype=np.int64)
-    if len(ann):
-        steps = np.clip(steps, 0, np.iinfo(np.int32).max)
+    steps = _step_of(s, ev.pids[leaf_rows], ev.start_ns[ann], ev.start_ns[ann] + ev.dur_ns[ann], ev.pids[ann],
+                     step_no) if len(ann) else np.zeros(len(leaf_rows), dtype=np.int64)
+    steps = np.clip(steps, 0, np.iinfo(np.int32).max)
     n_steps = int(np.unique(step_no).size) if len(ann) else 1
     return phase, steps, n_steps
 
@@ -297,7 +347,7 @@ def _ops_frame(ev: _Events, rows: np.ndarray, derived: list[tuple], phase: np.nd
         "sync": np.full(m, None, dtype=object),
         "transfer": np.full(m, None, dtype=object),
         "transfer_bytes": np.zeros(m),
-        "fallback": np.full(m, None, dtype=object),
+        "fallback": port_fallbacks(ev.name[rows]),
         "source": np.full(m, None, dtype=object),
         "graph": np.full(m, -1, dtype=np.int64),
         "deterministic": np.zeros(m, dtype=bool),
@@ -307,7 +357,9 @@ def _ops_frame(ev: _Events, rows: np.ndarray, derived: list[tuple], phase: np.nd
     })
 
 
-def _imported_meta(ev: _Events, doc: dict, name: str, n_events: int, n_ops: int, n_steps: int) -> dict:
+def _imported_meta(ev: _Events, doc: dict, name: str, events: list, phs: list, n_ops: int, n_steps: int,
+                   windows: list[dict]) -> dict:
+    n_events = len(events)
     keep = ev.keep
     span = int((ev.start_ns[keep] + ev.dur_ns[keep]).max()) if keep.any() else 0
     source_meta = {k: v for k, v in doc.items() if k != "traceEvents"
@@ -319,20 +371,47 @@ def _imported_meta(ev: _Events, doc: dict, name: str, n_events: int, n_ops: int,
         "figures": {"device_time": "modeled", "engine_utilization": "modeled", "host_time": "measured",
                     "cost": "modeled"},
         "imported": {"kind": "chrome-trace", "file": name, "events": n_events, "complete_events": ev.n,
-                     "ops": n_ops, "start_us": ev.t0, "output_shapes": "inferred", "trace_meta": source_meta},
+                     "ops": n_ops, "start_us": ev.t0, "origin_ns": ev.origin_ns, "timestamps": ev.timestamps,
+                     "output_shapes": "inferred", "trace_meta": source_meta, "step_windows": windows},
     }
+    imp = meta["imported"]
     if ev.tid_names:
-        meta["imported"]["thread_names"] = {str(v): k for k, v in ev.tid_names.items()}
+        imp["thread_names"] = {str(v): k for k, v in ev.tid_names.items()}
+    ident = kineto.trace_identity(doc)
+    if ident.rank is not None:
+        meta["rank"], meta["world_size"] = ident.rank, ident.world_size
+        imp["distributed_backend"] = ident.backend
+    # the wall clock of the first event, so ranks line up: kineto's base + ts, or epoch-µs timestamps as such
+    if ident.base_time_ns is not None:
+        meta["start_wall_ns"] = ident.base_time_ns + ev.origin_ns
+    elif ev.t0 >= kineto.EPOCH_US_MIN:
+        meta["start_wall_ns"] = ev.origin_ns
+    by_phase: dict[str, list] = {"M": [], "i": [], "s": []}
+    for i in [i for i, p in enumerate(phs) if p == "M" or p == "i" or p == "s"]:
+        by_phase[phs[i]].append(events[i])
+    names = kineto.metadata_names(by_phase["M"])
+    imp["process_names"], imp["thread_labels"], imp["process_labels"] = (
+        names["processes"], names["threads"], names["labels"])
+    imp["devices"] = ident.devices
+    imp["record_shapes"] = ident.record_shapes
+    imp["memory"] = kineto.memory_summary(by_phase["i"])
+    imp["flows"] = kineto.flow_summary(by_phase["s"])
+    counts = np.bincount(ev.cat_codes, minlength=len(ev.cat_uni)) if ev.n else []
+    imp["categories"] = {str(c): int(k) for c, k in zip(ev.cat_uni, counts)}
+    imp["notes"] = list(ident.notes)
     return meta
 
 
-def plain_chrome_trace(events: list, doc: dict, name: str) -> Trace:
-    """A plain Chrome trace's events (and its top-level document, for metadata) → an imported `Trace`."""
-    xs, where = _complete_events(events)
-    ev = _event_columns(xs, where)
+def plain_chrome_trace(events: list, doc: dict, name: str, raw: bytes | None = None) -> Trace:
+    """A plain Chrome trace's events (and its top-level document, for metadata; `raw`, the document's text,
+    for exact timestamps) → an imported `Trace`."""
+    xs, where, phs = _complete_events(events)
+    ev = _event_columns(xs, where, events, phs, raw)
     n = ev.n
     is_cpu_op = ev.cat_is("cpu_op") & ev.keep
-    op_rows = np.flatnonzero(is_cpu_op & ev.name_matches(lambda x: "::" in x and not x.startswith("autograd::")))
+    # ops are library operators (aten::mm, c10d::allreduce_); wrapper nodes (torch::autograd::AccumulateGrad,
+    # torch::distributed::reducer::mul_out) are not, so the ops inside them are
+    op_rows = np.flatnonzero(is_cpu_op & ev.name_matches(kineto.is_op_name))
     args = [xs[i].get("args") for i in op_rows]
     args = [a if type(a) is dict else _EMPTY for a in args]
     dims = [a.get("Input Dims") for a in args]
@@ -349,8 +428,14 @@ def plain_chrome_trace(events: list, doc: dict, name: str) -> Trace:
     top = _outermost(s, e, th)
     leaf = top[np.lexsort((top, s[top]))]                      # by start time, then file order
     rows = op_rows[leaf]
-    phase, steps, n_steps = _region_values(ev, is_cpu_op, rows)
+    ann, step_no = _step_windows(ev)
+    phase, steps, n_steps = _region_values(ev, is_cpu_op, rows, ann, step_no)
     derived = _sizes(ev.name[rows].tolist(), in_shapes[rows].tolist(), flops_host[rows].tolist(),
                      [args[j] for j in leaf.tolist()])
     ops = _ops_frame(ev, rows, derived, phase, steps)
-    return Trace(ops=ops, host=host, meta=_imported_meta(ev, doc, name, len(events), len(rows), n_steps))
+    # an op recorded without "Input Dims" has unknown inputs: None, not an empty shape list
+    ops["input_shapes"] = ops["input_shapes"].where(pd.Series(in_shapes[rows]).notna().to_numpy(), None)
+    windows = sorted(({"step": int(k), "start_ns": int(ev.start_ns[i]), "end_ns": int(ev.start_ns[i] + ev.dur_ns[i])}
+                      for i, k in zip(ann.tolist(), step_no.tolist())), key=lambda w: (w["start_ns"], w["step"]))
+    meta = _imported_meta(ev, doc, name, events, phs, len(rows), n_steps, windows)
+    return Trace(ops=ops, host=host, meta=meta)

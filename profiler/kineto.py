@@ -1,0 +1,197 @@
+"""What torch.profiler (kineto) Chrome traces mean, across the generations seen in the wild.
+
+The importer reads events; this module knows how to interpret them:
+
+- categories: 2021 traces (PyTorch 1.8/1.9, the TensorBoard plugin era) say `Operator`, `Kernel`, `Runtime`,
+  `Memcpy`, `Memset`, `Python`; later ones `cpu_op`, `kernel`, `cuda_runtime`, `cuda_driver`, `gpu_memcpy`,
+  `gpu_memset`, `user_annotation`, `gpu_user_annotation`, `python_function`; PrivateUse1 and MTIA backends
+  write `privateuse1_runtime`/`privateuse1_driver`/`mtia_runtime`. `CATEGORIES` maps each spelling to one name;
+- which CPU events are ops (`ns::op[.overload]`) and which are wrapper nodes that only contain ops
+  (`torch::autograd::AccumulateGrad`, `torch::autograd::CppNode<...>`, `torch::distributed::reducer::mul_out`,
+  `autograd::engine::evaluate_function: ...`);
+- run identity: `distributedInfo` (rank, world size, backend), `baseTimeNanoseconds` (the wall clock of
+  ts 0, written by kineto since 2023; older traces use epoch microseconds directly), `deviceProperties`,
+  `record_shapes`;
+- `M` (metadata) events naming processes and threads, `[memory]` instant events, flow events (`ac2g` links
+  a runtime call to its GPU activity by the same id as the `correlation` arg; `fwdbwd` a forward op to its
+  backward).
+"""
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["CATEGORIES", "normal_category", "is_op_name", "GPU_CATEGORIES", "RUNTIME_CATEGORIES",
+           "STEP_CATEGORIES", "TraceIdentity", "trace_identity", "metadata_names", "memory_summary",
+           "flow_summary", "gpu_kind", "EPOCH_US_MIN"]
+
+CATEGORIES: dict[str, str] = {
+    # 2021 (PyTorch 1.8/1.9)
+    "operator": "cpu_op", "kernel": "kernel", "runtime": "cuda_runtime", "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset", "python": "python_function", "user annotation": "user_annotation",
+    "gpu user annotation": "gpu_user_annotation",
+    # 2022 and later
+    "cpu_op": "cpu_op", "cuda_runtime": "cuda_runtime", "cuda_driver": "cuda_driver", "gpu_memcpy": "gpu_memcpy",
+    "gpu_memset": "gpu_memset", "user_annotation": "user_annotation", "gpu_user_annotation": "gpu_user_annotation",
+    "python_function": "python_function", "cpu_instant_event": "cpu_instant_event", "trace": "Trace",
+    "overhead": "overhead", "ac2g": "ac2g", "fwdbwd": "fwdbwd", "async": "ac2g",
+    # other backends through the same kineto schema
+    "privateuse1_runtime": "cuda_runtime", "privateuse1_driver": "cuda_driver", "mtia_runtime": "cuda_runtime",
+    "mtia_ccp_events": "kernel", "hip_runtime": "cuda_runtime",
+}
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver")
+#: where `ProfilerStep#N` sits on the CPU (a `gpu_user_annotation` copy on the GPU timeline is not a step)
+STEP_CATEGORIES = ("user_annotation", "cpu_op")
+#: ts values at or above this (µs) are wall-clock epoch microseconds (2001-09-09 onwards)
+EPOCH_US_MIN = 1.0e15
+
+_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?$")
+
+
+def normal_category(cat: str) -> str:
+    """One name per category across trace generations (unknown categories are kept as written)."""
+    return CATEGORIES.get(cat.lower(), cat) if isinstance(cat, str) else cat
+
+
+def is_op_name(name: str) -> bool:
+    """`aten::mm`, `c10d::allreduce_`, `fbgemm::jagged_to_padded_dense.default`: an operator of a library
+    namespace. Not `autograd::engine::evaluate_function: X`, nor C++ wrapper nodes with nested namespaces
+    or template arguments (`torch::autograd::AccumulateGrad`, `torch::distributed::reducer::mul_out`)."""
+    m = _OP.match(name)
+    return m is not None and m.group(1) != "autograd"
+
+
+def gpu_kind(category: str, name: str) -> str:
+    """compute | communication | memory, as HTA classifies GPU activity (collective kernels by name)."""
+    if category in ("gpu_memcpy", "gpu_memset"):
+        return "memory"
+    low = name.lower()
+    if "nccl" in low or "rccl" in low:
+        return "communication"
+    return "compute"
+
+
+@dataclass
+class TraceIdentity:
+    """Who wrote the trace: rank and job, the clock base, the devices."""
+
+    rank: int | None = None
+    world_size: int | None = None
+    backend: str | None = None
+    base_time_ns: int | None = None          # wall clock (epoch ns) of ts == 0, when kineto wrote it
+    devices: list[dict] = field(default_factory=list)
+    record_shapes: bool | None = None
+    schema_version: Any = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _as_obj(v: Any) -> Any:
+    """Some writers store dicts as their Python repr; read those literally (never evaluated)."""
+    if isinstance(v, str) and v[:1] in "{[":
+        try:
+            return ast.literal_eval(v)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return None
+    return v
+
+
+def _int(v: Any) -> int | None:
+    if type(v) is int:
+        return v
+    if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v) < 25:
+        return int(v)
+    return None
+
+
+def trace_identity(doc: dict) -> TraceIdentity:
+    ident = TraceIdentity()
+    info = _as_obj(doc.get("distributedInfo"))
+    if isinstance(info, dict):
+        ident.rank, ident.world_size = _int(info.get("rank")), _int(info.get("world_size"))
+        ident.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
+        if ident.rank is None or ident.world_size is None or not 0 <= ident.rank < max(ident.world_size, 1):
+            ident.notes.append(f"distributedInfo is incomplete or inconsistent (rank {info.get('rank')!r}, "
+                               f"world_size {info.get('world_size')!r}); rank identity not used")
+            ident.rank = ident.world_size = None
+    base = _int(doc.get("baseTimeNanoseconds"))
+    ident.base_time_ns = base if base is not None and base > 0 else None
+    props = _as_obj(doc.get("deviceProperties"))
+    if isinstance(props, list):
+        for p in props:
+            if isinstance(p, dict):
+                ident.devices.append({k: v for k, v in p.items() if type(v) in (str, int, float, bool)})
+    rs = doc.get("record_shapes")
+    if rs is not None:
+        ident.record_shapes = str(rs).strip().lower() in ("1", "true")
+    ident.schema_version = doc.get("schemaVersion") if type(doc.get("schemaVersion")) in (int, str) else None
+    return ident
+
+
+def metadata_names(m_events: list) -> dict[str, dict[str, str]]:
+    """Process and thread names from the `M` events: {"processes": {pid: name}, "threads": {"pid/tid": name},
+    "labels": {pid: label}} (keys as strings, JSON-safe)."""
+    out: dict[str, dict[str, str]] = {"processes": {}, "threads": {}, "labels": {}}
+    for ev in m_events:
+        args = ev.get("args")
+        if type(args) is not dict:
+            continue
+        kind = ev.get("name")
+        if kind == "process_name" and isinstance(args.get("name"), str):
+            out["processes"][str(ev.get("pid"))] = args["name"]
+        elif kind == "thread_name" and isinstance(args.get("name"), str):
+            out["threads"][f"{ev.get('pid')}/{ev.get('tid')}"] = args["name"]
+        elif kind == "process_labels" and isinstance(args.get("labels"), str):
+            out["labels"][str(ev.get("pid"))] = args["labels"]
+    return out
+
+
+def memory_summary(i_events: list) -> list[dict]:
+    """Per device, from the `[memory]` instant events: allocations, frees and the peak allocated bytes (the
+    "Total Allocated" kineto writes since 2022, else the running sum of "Bytes", which starts at the first
+    recorded event and so is a lower bound)."""
+    per: dict[tuple, dict] = {}
+    for ev in i_events:
+        if ev.get("name") != "[memory]":
+            continue
+        a = ev.get("args")
+        if type(a) is not dict:
+            continue
+        b = a.get("Bytes")
+        if type(b) not in (int, float):
+            continue
+        key = (a.get("Device Type"), a.get("Device Id"))
+        d = per.setdefault(key, {"device_type": key[0], "device_id": key[1], "events": 0, "allocated_bytes": 0,
+                                 "freed_bytes": 0, "running": 0, "peak_bytes": 0, "from": "running sum"})
+        d["events"] += 1
+        if b >= 0:
+            d["allocated_bytes"] += b
+        else:
+            d["freed_bytes"] -= b
+        total = a.get("Total Allocated")
+        if type(total) in (int, float):
+            d["from"] = "Total Allocated"
+            d["peak_bytes"] = max(d["peak_bytes"], total)
+        else:
+            d["running"] += b
+            d["peak_bytes"] = max(d["peak_bytes"], d["running"])
+    out = []
+    for d in per.values():
+        d.pop("running")
+        d["device"] = "cpu" if d["device_type"] in (0, None) else f"device {d['device_id']}"
+        out.append(d)
+    return out
+
+
+def flow_summary(s_events: list) -> dict[str, int]:
+    """Flow event pairs by kind (their start events counted): `ac2g` (runtime → GPU, the same ids as the
+    `correlation` args the analyses join on) and `fwdbwd` (forward op → its backward)."""
+    counts = Counter(str(ev.get("cat", "")) for ev in s_events)
+    out: dict[str, int] = {}
+    for cat, k in counts.items():
+        name = normal_category(cat)
+        out[name] = out.get(name, 0) + k
+    return out
