@@ -392,3 +392,18 @@ def more_activations(x):
 def test_documented_activations_compute_their_functions():
     x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(8, 8)
     np.testing.assert_allclose(more_activations(x), np.log1p(np.exp(x)) + np.sign(np.sin(x)), rtol=1e-5, atol=1e-6)
+
+
+@nki.jit
+def diverging_outputs(a):
+    if nl.program_id(0) == 0:
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    else:
+        out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)  # another allocation site
+    nl.store(out, value=nl.load(a))
+    return out
+
+
+def test_instances_allocating_different_shared_tensors_is_an_error_not_an_alias():
+    with pytest.raises(K.NkiUsageError, match="must allocate the same shared tensors"):
+        diverging_outputs[2](np.ones((4, 4), np.float32))

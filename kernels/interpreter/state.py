@@ -159,15 +159,20 @@ class CallState:
                                   f"interpreter (at {kernel_line(frame)}); use nl.sbuf, nl.psum or nl.shared_hbm")
 
     def shared_hbm(self, var: str | None, shape: tuple[int, ...], dtype: str, buffer: str) -> Any:
-        """The shared HBM tensor an earlier SPMD instance allocated at this point of the kernel, if any."""
+        """The shared HBM tensor an earlier SPMD instance allocated at this point of the kernel (the same
+        allocation, by order and kernel line, with the same shape and dtype), if any."""
         if buffer != "shared_hbm":
             return None
         i = self._hbm_ordinal
         self._hbm_ordinal += 1
         if i < len(self._shared):
             t = self._shared[i]
-            if t.shape == shape and t.dtype == dtype:
+            if t.shape == shape and t.dtype == dtype and t._alloc.line == kernel_line(kernel_frame(3)):
                 return t
+            raise NkiUsageError(f"SPMD instance {self.program} allocates shared HBM tensor #{i} "
+                                f"({var or 'unnamed'}, {list(shape)} {dtype}) differently from the first instance "
+                                f"({t.name or 'unnamed'}, {list(t.shape)} {t.dtype} at {t._alloc.line}): every "
+                                "instance must allocate the same shared tensors in the same order")
         return None
 
     def register_hbm(self, tensor: Any, buffer: str) -> None:
