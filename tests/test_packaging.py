@@ -18,7 +18,9 @@ SCANNED = ["tests", "extension/tests", "neuron_studio", "profiler", "kernels"]
 OWN = {"neuron_studio", "neuron_studio_lab", "tests", "conftest", "kernels", "make_explorer_fixtures",
        "make_profile"}
 # Only on Trainium hosts (the Neuron SDK); the code imports them behind ImportError and the tests fake them.
-NEURON_SDK = {"torch_neuronx", "nki"}
+# `neuronxcc` is the previous NKI layout, imported by kernel files in NKI's public style (kernels/samples/);
+# without the SDK the interpreter serves it.
+NEURON_SDK = {"torch_neuronx", "nki", "neuronxcc"}
 
 
 def _requirement_name(req: str) -> str:
