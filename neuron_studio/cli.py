@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -444,17 +445,47 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------------------------------------- lab
 def _notebooks_dir() -> Path:
+    """The directory `lab` serves: working copies of the repository's tutorials (as `bash run.sh lab` makes
+    them, in `workspace/` or `$NEURON_STUDIO_WORKSPACE`), so running them never changes the tracked files;
+    without a repository checkout, `./notebooks`."""
     import neuron_studio
 
-    repo = Path(neuron_studio.__file__).resolve().parent.parent / "notebooks"
-    return repo if repo.is_dir() else Path.cwd() / "notebooks"
+    repo = Path(neuron_studio.__file__).resolve().parent.parent
+    if not (repo / "notebooks").is_dir():
+        return Path.cwd() / "notebooks"
+    workspace = Path(os.environ.get("NEURON_STUDIO_WORKSPACE") or "workspace")
+    workspace = workspace if workspace.is_absolute() else repo / workspace
+    copy_missing_tutorials(repo / "notebooks", workspace)
+    return workspace
+
+
+def copy_missing_tutorials(source: Path, workspace: Path) -> list[Path]:
+    """Copy every file of `source` that `workspace` lacks (never overwriting a copy); returns the copies."""
+    copied = []
+    for path in sorted(source.rglob("*")):
+        rel = path.relative_to(source)
+        if not path.is_file() or {".ipynb_checkpoints", ".neuron_studio"} & set(rel.parts):
+            continue
+        target = workspace / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
+            copied.append(target)
+    return copied
+
+
+def lab_argv(directory: Path, extra: list[str], *, uid: int | None = None) -> list[str]:
+    """`jupyter lab` on `directory`, bound to 127.0.0.1; `--allow-root` only when running as root."""
+    uid = os.geteuid() if uid is None and hasattr(os, "geteuid") else uid
+    root = ["--allow-root"] if uid == 0 and "--allow-root" not in extra else []
+    return ["jupyter", "lab", str(directory), "--ip", "127.0.0.1", *root, *extra]
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
     extra = list(args.args)
     if extra and extra[0] == "--":
         extra = extra[1:]
-    argv = ["jupyter", "lab", str(_notebooks_dir()), "--ip", "127.0.0.1", *extra]
+    argv = lab_argv(_notebooks_dir(), extra)
     try:
         os.execvp(argv[0], argv)
     except FileNotFoundError:

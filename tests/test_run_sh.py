@@ -130,3 +130,29 @@ def test_lab_serves_working_copies_and_keeps_edits(project: Path) -> None:
 def test_workspace_is_ignored_by_git() -> None:
     out = subprocess.run(["git", "check-ignore", "-q", "workspace/01_getting_started.ipynb"], cwd=ROOT)
     assert out.returncode == 0, "workspace/ (the tutorials' working copies) must be .gitignored"
+
+
+# -- the same for `neuron-studio lab` ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("uid, expected", [(0, ["--allow-root"]), (1000, [])])
+def test_cli_lab_adds_allow_root_only_as_root(tmp_path: Path, uid: int, expected: list[str]) -> None:
+    from neuron_studio.cli import lab_argv
+
+    assert lab_argv(tmp_path, ["--port", "1"], uid=uid) == ["jupyter", "lab", str(tmp_path), "--ip", "127.0.0.1",
+                                                            *expected, "--port", "1"]
+    assert lab_argv(tmp_path, ["--allow-root"], uid=0).count("--allow-root") == 1
+
+
+def test_cli_lab_serves_working_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from neuron_studio import cli
+
+    monkeypatch.setenv("NEURON_STUDIO_WORKSPACE", str(tmp_path / "ws"))
+    served = cli._notebooks_dir()
+    assert served == tmp_path / "ws" and served != ROOT / "notebooks"
+    tutorials = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert tutorials and sorted(p.name for p in served.glob("*.ipynb")) == tutorials
+    edited = served / tutorials[0]
+    edited.write_text("my edits")
+    cli._notebooks_dir()
+    assert edited.read_text() == "my edits"  # never overwritten
