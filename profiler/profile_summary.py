@@ -1,7 +1,8 @@
 """The compact, JSON-safe summary of a Profile: the payload of `application/vnd.neuron-studio.profile+json`.
 
 Everything a renderer needs and nothing it must compute: renderers (inline HTML, the JupyterLab
-extension, the CLI report) only lay this out.
+extension, the CLI report) only lay this out. Every figure is per profiled step (times, counts, FLOPs,
+bytes, modeled savings), so no table mixes totals over the steps with per-step figures.
 """
 from __future__ import annotations
 
@@ -22,6 +23,12 @@ def _num(v: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
+
+
+def _per_step(total: Any, steps: int) -> float | None:
+    """A figure summed over the profiled steps, per step (None stays None: not modeled)."""
+    f = _num(total)
+    return None if f is None else f / max(1, steps)
 
 
 def _int(v: Any) -> int:
@@ -59,10 +66,11 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         k = h.kernels[0] if h.kernels else None
         hot.append({
             "op": h.op, "module": h.module, "source": h.source, "device_ns": _int(h.device_ns / steps),
-            "share": _num(h.share), "bound": h.bound, "why": h.why, "engine": h.engine, "count": h.count,
+            "share": _num(h.share), "bound": h.bound, "why": h.why, "engine": h.engine,
+            "count": _num(h.count / steps),
             "kernel": None if k is None else {
                 "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
-                "line": k.get("line"), "saving_ns": _num(k.get("saving_ns")), "scope": k.get("scope"),
+                "line": k.get("line"), "saving_ns": _per_step(k.get("saving_ns"), steps), "scope": k.get("scope"),
             },
         })
     # ops recorded without shapes cannot be modeled: no modeled headline built on them (the warnings say why)
@@ -94,13 +102,14 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
                      **{e: [round(float(x), 4) for x in util[e]] for e in engines}},
         "hot_ops": hot,
-        "op_table": [{"op": r.key, "count": int(r.count), "device_ns": _num(r.per_step_device_ns),
+        "op_table": [{"op": r.key, "count": _num(r.count / steps), "device_ns": _num(r.per_step_device_ns),
                       "host_ns": _num(r.host_ns / steps), "flops": _num(r.flops / steps),
                       "bytes": _num(r.bytes / steps), "engine": r.engine, "bound": r.bound, "share": _num(r.share)}
                      for r in table.itertuples(index=False)],
         "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
                    "recompiles": int(len(rc))},
-        "fallbacks": [{"op": r.op, "count": int(r.count), "reason": r.reason, "time_ns": _num(r.device_ns)}
+        "fallbacks": [{"op": r.op, "count": _num(r.count / steps), "reason": r.reason,
+                       "time_ns": _num(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
         "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": r.module}
                         for r in sp.head(50).itertuples(index=False)],

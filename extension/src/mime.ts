@@ -202,7 +202,7 @@ export function sourceLink(source: SourceRef | undefined, actions: IProfileViewA
 export function kernelLink(kernel: IKernelRef, actions: IProfileViewActions): HTMLElement {
   const where = kernel.file ? `${kernel.file}${isNum(kernel.line) ? `:${kernel.line}` : ''}` : 'no source file';
   const label = `${kernel.name ?? String(kernel.file ?? 'kernel').split(/[\\/]/).pop()} (${kernel.kind ?? 'kernel'})`;
-  const saving = isNum(kernel.saving_ns) && kernel.saving_ns > 0 ? `saves ~${fmtNs(kernel.saving_ns)}` : '';
+  const saving = isNum(kernel.saving_ns) && kernel.saving_ns > 0 ? `saves ~${fmtNs(kernel.saving_ns)}/step` : '';
   const title = [where, saving, kernel.scope ? `replaces: ${kernel.scope}` : ''].filter(Boolean).join(' · ');
   if (!kernel.file) {
     return el('span', { class: 'ns-KernelRef', text: label, title });
@@ -232,7 +232,7 @@ export function kernelLink(kernel: IKernelRef, actions: IProfileViewActions): HT
 
 export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
   return table(
-    ['Op', 'Module', 'Source', 'Device time', 'Share', 'Bound', 'Kernel'],
+    ['Op', 'Module', 'Source', 'Device time/step', 'Share', 'Bound', 'Kernel (saves/step)'],
     ops.map(op => [
       el('span', { text: String(op.op), title: op.why ? String(op.why) : '' }),
       String(op.module ?? ''),
@@ -263,10 +263,10 @@ export function groupSyncPoints(points: ISyncPoint[]): (ISyncPoint & { n: number
 
 export function opTable(rows: IOpRow[]): HTMLTableElement {
   return table(
-    ['Op', 'Count', 'Device time', 'Host time', 'Share', 'Engine', 'Bound', 'FLOPs', 'Bytes'],
+    ['Op', 'Count/step', 'Device time/step', 'Host time/step', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step'],
     rows.map(r => [
       String(r.op),
-      String(r.count),
+      fmtCount(r.count),
       fmtNs(r.device_ns),
       fmtNs(r.host_ns),
       fmtPct(r.share),
@@ -443,8 +443,8 @@ function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTM
     parts.push(
       el('h4', { text: 'CPU fallbacks' }),
       table(
-        ['Op', 'Count', 'Reason', 'Time'],
-        p.fallbacks.map(f => [String(f.op), String(f.count), String(f.reason), fmtNs(f.time_ns)])
+        ['Op', 'Count/step', 'Reason', 'Device time/step'],
+        p.fallbacks.map(f => [String(f.op), fmtCount(f.count), String(f.reason), fmtNs(f.time_ns)])
       )
     );
   }
@@ -452,13 +452,13 @@ function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTM
     parts.push(
       el('h4', { text: 'Sync points' }),
       table(
-        ['Op', 'Reason', 'Source', 'Module', 'Count'],
+        ['Op', 'Reason', 'Source', 'Module', 'Count/step'],
         groupSyncPoints(p.sync_points).map(s => [
           String(s.op),
           String(s.reason),
           sourceLink(s.source, actions),
           String(s.module ?? ''),
-          String(s.n)
+          fmtCount(s.n / Math.max(1, isNum(p.steps) ? p.steps : 1))
         ]),
         'ns-SyncPoints'
       )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["fmt_ns", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
+__all__ = ["fmt_ns", "fmt_count", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
 
 
 def as_number(v: Any) -> float | None:
@@ -62,6 +62,14 @@ def fmt_sci(v: Any) -> str:
         return "0"
     f = as_number(v)
     return str(v) if f is None else f"{f:.3g}"
+
+
+def fmt_count(v: Any) -> str:
+    """A count that may be a per-step average: whole numbers as such, else one decimal."""
+    f = as_number(v)
+    if f is None:
+        return _shown(v)
+    return f"{f:,.0f}" if f == int(f) else f"{f:.1f}"
 
 
 def fmt_source(src: Any) -> str:

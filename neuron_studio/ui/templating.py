@@ -14,7 +14,7 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from neuron_studio.ui.formatting import (
-    as_number, basename, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
+    as_number, basename, fmt_count, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
 )
 
 __all__ = ["render_template", "css", "ENGINE_COLORS"]
@@ -54,7 +54,7 @@ def _environment() -> Environment:
                                      default=True),
         undefined=Undefined, finalize=_finalize, keep_trailing_newline=False,
     )
-    filters = dict(ns=fmt_ns, pct=fmt_pct, signed_pct=fmt_signed_pct, usd=fmt_usd, sci=fmt_sci,
+    filters = dict(ns=fmt_ns, count=fmt_count, pct=fmt_pct, signed_pct=fmt_signed_pct, usd=fmt_usd, sci=fmt_sci,
                    source=fmt_source, basename=basename, bar_width=_bar_width, engine_color=_engine_color)
     env.filters.update({name: _missing_as_none(fn) for name, fn in filters.items()})
     env.globals["css"] = Markup(css())   # the package's own stylesheet: trusted, inserted as is
