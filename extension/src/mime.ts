@@ -17,103 +17,21 @@ import {
   SourceRef
 } from './tokens';
 
-// ---- small DOM and formatting helpers (shared with the panel) ----------------------------------
+import {
+  Child,
+  bar,
+  el,
+  fmtCount,
+  fmtNs,
+  fmtPct,
+  fmtSignedPct,
+  fmtUsd,
+  isNum,
+  table
+} from './dom';
+import { gpuPages, sourceLine } from './gpu';
 
-type Child = Node | string | null | undefined | false;
-
-/** Create an element with classes, attributes and children; strings become text nodes. */
-export function el<K extends keyof HTMLElementTagNameMap>(
-  tag: K,
-  props: { class?: string; attrs?: Record<string, string>; text?: string; title?: string } = {},
-  ...children: Child[]
-): HTMLElementTagNameMap[K] {
-  const node = document.createElement(tag);
-  if (props.class) {
-    node.className = props.class;
-  }
-  if (props.attrs) {
-    for (const [k, v] of Object.entries(props.attrs)) {
-      node.setAttribute(k, v);
-    }
-  }
-  if (props.title !== undefined) {
-    node.title = props.title;
-  }
-  if (props.text !== undefined) {
-    node.textContent = props.text;
-  }
-  for (const child of children) {
-    if (child === null || child === undefined || child === false) {
-      continue;
-    }
-    node.appendChild(typeof child === 'string' ? document.createTextNode(child) : child);
-  }
-  return node;
-}
-
-const isNum = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
-
-export function fmtNs(ns: number | null | undefined): string {
-  if (!isNum(ns)) {
-    return '—';
-  }
-  const abs = Math.abs(ns);
-  if (abs >= 1e9) {
-    return `${(ns / 1e9).toFixed(3)} s`;
-  }
-  if (abs >= 1e6) {
-    return `${(ns / 1e6).toFixed(3)} ms`;
-  }
-  if (abs >= 1e3) {
-    return `${(ns / 1e3).toFixed(1)} µs`;
-  }
-  return `${Math.round(ns)} ns`;
-}
-
-export function fmtPct(x: number | null | undefined, digits = 1): string {
-  return isNum(x) ? `${(x * 100).toFixed(digits)}%` : '—';
-}
-
-export function fmtUsd(x: number | null | undefined): string {
-  return isNum(x) ? `$${x.toFixed(x < 1 ? 4 : 2)}` : '—';
-}
-
-/** A count that may be a per-step average (1 decimal when fractional). */
-export function fmtCount(x: number | null | undefined): string {
-  if (!isNum(x)) {
-    return '—';
-  }
-  return Number.isInteger(x) ? x.toLocaleString() : x.toFixed(1);
-}
-
-export function fmtSignedPct(x: number | null | undefined): string {
-  return isNum(x) ? `${x > 0 ? '+' : ''}${x.toFixed(1)}%` : '—';
-}
-
-/** Horizontal bar with a label and a value, used for engine utilization. */
-export function bar(label: string, fraction: number | null | undefined, detail?: string): HTMLElement {
-  const frac = isNum(fraction) ? Math.max(0, Math.min(1, fraction)) : 0;
-  const fill = el('div', { class: 'ns-Bar-fill' });
-  fill.style.width = `${(frac * 100).toFixed(1)}%`;
-  return el(
-    'div',
-    { class: 'ns-Bar', attrs: { 'data-engine': label } },
-    el('span', { class: 'ns-Bar-label', text: label }),
-    el('div', { class: 'ns-Bar-track' }, fill),
-    el('span', { class: 'ns-Bar-value', text: fmtPct(fraction) + (detail ? ` · ${detail}` : '') })
-  );
-}
-
-/** A table from rows of cells (strings or nodes). */
-export function table(headers: string[], rows: Child[][], cls = ''): HTMLTableElement {
-  const thead = el('thead', {}, el('tr', {}, ...headers.map(h => el('th', { text: h }))));
-  const tbody = el(
-    'tbody',
-    {},
-    ...rows.map(cells => el('tr', {}, ...cells.map(c => el('td', {}, c))))
-  );
-  return el('table', { class: `ns-Table ${cls}`.trim() }, thead, tbody);
-}
+export { bar, el, fmtCount, fmtNs, fmtPct, fmtSignedPct, fmtUsd, table };
 
 function metric(label: string, value: string, note?: string): HTMLElement {
   return el(
@@ -287,7 +205,10 @@ function header(p: IProfilePayload): HTMLElement {
     el('span', { class: 'ns-Title', text: title }),
     p.run_id !== null && p.run_id !== undefined
       ? el('span', { class: 'ns-RunId', text: `run #${p.run_id}` })
-      : null,
+      : p.backend === 'imported'
+        ? el('span', { class: 'ns-RunId', text: 'imported trace' })
+        : null,
+    p.source ? el('span', { class: 'ns-TraceSource', text: sourceLine(p) }) : null,
     el('span', { class: 'ns-Tag', text: `mode: ${p.mode}` }),
     el('span', { class: 'ns-Tag', text: `chip: ${p.chip}` }),
     el('span', { class: 'ns-Tag', text: `backend: ${p.backend}` }),
@@ -382,9 +303,11 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
 
 function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLElement {
   const ops = p.hot_ops ?? [];
+  const basis = p.hot_basis && !p.hot_basis.startsWith('modeled') ? `Ranked by ${p.hot_basis}.` : '';
   return el(
     'div',
     {},
+    basis ? el('div', { class: 'ns-Muted', text: basis }) : null,
     hotOpsTable(ops, actions),
     el(
       'ul',
@@ -401,18 +324,32 @@ export function ranksSection(p: IProfilePayload): HTMLElement {
   if (!ra) {
     return el('div', {});
   }
+  const gpuRanks = ra.ranks.some(r => r.gpu_compute_share !== null && r.gpu_compute_share !== undefined);
   parts.push(
     table(
-      ['Rank', 'Step (host)', 'Step (modeled)', 'MFU', 'Collectives', 'Waited', 'Overlap'],
-      ra.ranks.map(r => [
-        String(r.rank),
-        fmtNs(r.step_time_ns),
-        fmtNs(r.modeled_step_time_ns),
-        fmtPct(r.mfu),
-        String(r.collectives ?? '–'),
-        fmtNs(r.wait_ns),
-        fmtPct(r.overlap_share)
-      ]),
+      ['Rank', 'Step (host)', 'Step (modeled)', 'MFU', 'Collectives', 'Waited', 'Overlap'].concat(
+        gpuRanks ? ['GPU compute', 'GPU comm', 'GPU memory', 'GPU idle'] : []
+      ),
+      ra.ranks.map(r =>
+        [
+          String(r.rank),
+          fmtNs(r.step_time_ns),
+          fmtNs(r.modeled_step_time_ns),
+          fmtPct(r.mfu),
+          String(r.collectives ?? '–'),
+          fmtNs(r.wait_ns),
+          fmtPct(r.overlap_share)
+        ].concat(
+          gpuRanks
+            ? [
+                fmtPct(r.gpu_compute_share),
+                fmtPct(r.gpu_communication_share),
+                fmtPct(r.gpu_memory_share),
+                fmtPct(r.gpu_idle_share)
+              ]
+            : []
+        )
+      ),
       'ns-Ranks'
     )
   );
@@ -599,6 +536,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   if (p.ranks_analysis?.ranks?.length) {
     pages.push([`Ranks (${p.ranks_analysis.ranks.length})`, ranksSection(p)]);
   }
+  pages.push(...gpuPages(p));
   if (p.hot_ops?.length) {
     pages.push(['Hot path', hotPathSection(p, actions)]);
   }

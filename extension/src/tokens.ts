@@ -171,6 +171,93 @@ export interface IProfilePayload {
   /** Multi-rank runs (`neuron-studio run -- torchrun ...`): number of ranks and the merged analysis. */
   ranks?: number;
   ranks_analysis?: IRanksAnalysis | null;
+  /** What the hot path ranks by: "modeled device time", "measured GPU time" or "measured host time". */
+  hot_basis?: string;
+  /** Where an imported trace came from. */
+  source?: ITraceSource | null;
+  /** Measured GPU figures of an imported CUDA/ROCm trace, and the same job modeled on Trainium. */
+  gpu?: IGpuBlock | null;
+}
+
+/** The file, rank and device an imported trace names. */
+export interface ITraceSource {
+  file?: string | null;
+  kind?: string | null;
+  rank?: number | null;
+  world_size?: number | null;
+  device?: string | null;
+  events?: number | null;
+  ops?: number | null;
+}
+
+/** GPU time over its span: compute / communication / memory / idle (ns and shares). */
+export interface ITemporalBreakdown {
+  span_ns: number;
+  compute_ns: number;
+  communication_ns: number;
+  memory_ns: number;
+  idle_ns: number;
+  compute_share: number;
+  communication_share: number;
+  memory_share: number;
+  idle_share: number;
+}
+
+export interface IKernelRow {
+  name: string;
+  kind: string;
+  count: number;
+  total_ns: number;
+  mean_ns: number;
+  share: number;
+}
+
+export interface IGpuVsTrainiumOp {
+  op: string;
+  calls_per_step: number;
+  gpu_ns: number;
+  trainium_ns: number | null;
+  ratio: number | null;
+  shapes_recorded: number;
+  port: string;
+}
+
+export interface IPortIssue {
+  op: string;
+  count: number;
+  reason: string;
+  why: string;
+  gpu_ns: number;
+}
+
+/** The same job on Trainium: measured GPU per op and per step next to the modeled NeuronCore estimate. */
+export interface IGpuVsTrainium {
+  gpu: string | null;
+  chip: string;
+  steps: number;
+  gpu_step_ns: number | null;
+  gpu_busy_ns: number | null;
+  trainium_step_ns: number | null;
+  gpu_per_1000_steps_usd: number | null;
+  trainium_per_1000_steps_usd: number | null;
+  gpu_price_per_hour_usd: number | null;
+  gpu_price_source: string;
+  trainium_price_per_hour_usd: number | null;
+  sized_gpu_share: number;
+  ops: IGpuVsTrainiumOp[];
+  port_issues: IPortIssue[];
+  notes: string[];
+  modeled: boolean;
+}
+
+export interface IGpuBlock {
+  activities: number;
+  total_ns: number;
+  unattributed_ns: number;
+  linked_ops: number;
+  temporal: ITemporalBreakdown;
+  kernels: IKernelRow[];
+  vs_trainium?: IGpuVsTrainium | null;
 }
 
 /** One rank of a multi-rank run. */
@@ -184,6 +271,11 @@ export interface IRankRow {
   wait_ns?: number | null;
   last_arrivals?: number | null;
   overlap_share?: number | null;
+  /** Ranks recorded on a GPU: measured shares of their GPU span. */
+  gpu_compute_share?: number | null;
+  gpu_communication_share?: number | null;
+  gpu_memory_share?: number | null;
+  gpu_idle_share?: number | null;
 }
 
 /** The merged multi-rank analysis: per-rank rows, the straggler and the slowest collective. */

@@ -1,0 +1,83 @@
+"""An imported GPU trace (torch.profiler, ROCm MI250, from ../shared/traces) in a real JupyterLab and Chromium:
+the notebook output and the Neuron Profiler panel both show the measured GPU breakdown and the same job
+modeled on Trainium. No kernel needed: the run is stored with `neuron_studio.imported_runs.store_imported`
+and the notebook's saved output holds its summary."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+pytest.importorskip("playwright.sync_api")
+from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, fmt_ns, fmt_pct, lab_server  # noqa: E402
+
+if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
+    pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
+
+TRACE = next((p / "shared" / "traces" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+              for p in REPO.parents if (p / "shared" / "traces").is_dir()), None)
+if TRACE is None:  # pragma: no cover - checkout without the shared traces
+    pytest.skip("no ../shared/traces next to the repository", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    from neuron_studio.imported_runs import store_imported
+    from neuron_studio.store import RunStore
+
+    root = tmp_path_factory.mktemp("lab-imported")
+    run_id, summary = store_imported(RunStore(root / ".neuron_studio"), [TRACE])
+    notebook = {
+        "cells": [{
+            "cell_type": "code", "execution_count": 1, "id": "imp-1", "metadata": {},
+            "source": "!neuron-studio import amd_trace.json.gz",
+            "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
+                         "data": {"application/vnd.neuron-studio.profile+json": summary,
+                                  "text/plain": "<Profile imported>"}}],
+        }],
+        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        "nbformat": 4, "nbformat_minor": 5,
+    }
+    (root / "imported.ipynb").write_text(json.dumps(notebook))
+    with lab_server(root, tmp_path_factory.mktemp("home-imported")) as base:
+        yield {"base": base, "run_id": run_id, "summary": summary}
+
+
+def _check_gpu_tabs(view, s: dict) -> None:  # noqa: ANN001
+    g = s["gpu"]
+    v = g["vs_trainium"]
+    view.locator(".ns-Tab", has_text="GPU (measured)").click()
+    measured = view.locator(".ns-TabPage[data-tab='GPU (measured)']").inner_text()
+    assert f"compute {fmt_ns(g['temporal']['compute_ns'])} ({fmt_pct(g['temporal']['compute_share'])})" in measured
+    assert g["kernels"][0]["name"][:40] in measured
+    view.locator(".ns-Tab", has_text="GPU → Trainium").click()
+    page_text = view.locator(".ns-TabPage[data-tab='GPU → Trainium']").inner_text()
+    assert f"{v['chip']} step (modeled)" in page_text and fmt_ns(v["trainium_step_ns"]) in page_text
+    assert fmt_ns(v["gpu_step_ns"]) in page_text
+    assert v["ops"][0]["op"] in page_text and "no hourly price known" in page_text
+
+
+def test_imported_gpu_trace_in_notebook_and_panel(lab: dict, page) -> None:  # noqa: ANN001
+    s = lab["summary"]
+    page.goto(f"{lab['base']}/lab/workspaces/ns-imp/tree/imported.ipynb?reset&token={TOKEN}")
+    profile = page.locator(".jp-OutputArea-output .ns-Profile")
+    profile.wait_for(timeout=30_000)
+    text = profile.inner_text()
+    assert "backend: imported" in text and "emulated" not in text
+    assert TRACE.name in text
+    tabs = profile.locator(".ns-Tab").all_inner_texts()
+    assert "GPU (measured)" in tabs and "GPU → Trainium" in tabs
+    _check_gpu_tabs(profile, s)
+    page.screenshot(path=str(ARTIFACTS / "10-imported-gpu-vs-trainium.png"))
+
+    profile.locator(".ns-OpenProfiler").click()
+    panel = page.locator(".ns-ProfilerPanel")
+    panel.wait_for()
+    panel.locator(f".ns-RunRow[data-run-id='{lab['run_id']}']").click()
+    detail = panel.locator(".ns-Detail")
+    detail.locator(".ns-Tab", has_text="GPU → Trainium").wait_for(timeout=15_000)
+    _check_gpu_tabs(detail, s)
+    page.screenshot(path=str(ARTIFACTS / "11-panel-gpu-vs-trainium.png"))
+    assert page.errors == []  # type: ignore[attr-defined]
