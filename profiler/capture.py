@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from neuron_studio import device as _device
+from neuron_studio.profiler.kineto_log import without_kineto_markers
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
 from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES, MODES
 
@@ -239,7 +240,8 @@ class Capture:
                 self._prof = torch.profiler.profile(
                     activities=activities, record_shapes=False, with_flops=False, with_stack=self.with_stack
                 )
-                self._prof.__enter__()
+                with without_kineto_markers():
+                    self._prof.__enter__()
 
     def step(self) -> None:
         """Mark the end of one step (like `torch.profiler.profile.step()`)."""
@@ -256,7 +258,8 @@ class Capture:
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    self._prof.__exit__(None, None, None)
+                    with without_kineto_markers():
+                        self._prof.__exit__(None, None, None)
                 host = self._host_frame()
             except Exception as e:  # a broken host profile must not lose the device trace
                 host = None

@@ -244,3 +244,27 @@ def test_the_magics_own_sync_is_not_a_user_sync_point(ip):
     assert (ops["name"] == "neuron::synchronize").sum() == 1      # still modeled: the device is synced once
     res = run(ip, "--name user-sync", STEP + "torch.neuron.synchronize()\n")
     assert res.result.summary_payload["badges"]["sync_points"] == 1
+
+
+def test_profiled_cell_prints_no_kineto_markers_but_keeps_the_users_stderr(ip, capfd):
+    """Issue 14 item 5: fd-level stderr of a %%neuron cell holds what the cell wrote, and no USDT lines."""
+    capfd.readouterr()
+    res = run(ip, "--steps 2 --name quiet", STEP + "import os, sys\nos.write(2, b'user fd line\\n')\n"
+                                                   "print('user py line', file=sys.stderr)\n")
+    assert res.success, res.error_in_exec
+    err = capfd.readouterr().err
+    assert "USDT" not in err and "profiler_start" not in err and "profiler_stop" not in err
+    assert err.count("user fd line") == 3 and err.count("user py line") == 3      # warm-up 1 + 2 profiled steps
+
+
+def test_kineto_marker_filter_keeps_other_lines(capfd):
+    import os
+
+    from neuron_studio.profiler.kineto_log import without_kineto_markers
+
+    with without_kineto_markers():
+        os.write(2, b"USDT:2026-11-30 16:03:52 3169:3169 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+                    b"ERROR: something kineto wants you to see\n"
+                    b"USDT:2026-11-30 16:03:52 3169:3169 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+    err = capfd.readouterr().err
+    assert err == "ERROR: something kineto wants you to see\n"
