@@ -100,6 +100,7 @@ _MODELS = {
 }
 
 
+@pytest.mark.slow  # ~8 s of compiling per model
 @pytest.mark.parametrize("name", list(_MODELS))
 def test_parity_model_compiled_on_neuron_matches_cpu_eager(name: str) -> None:
     """Forward, loss and every gradient of the compiled model on neuron equal the CPU eager model's."""
