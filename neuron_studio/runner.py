@@ -5,6 +5,7 @@ Kept apart from magics.py (which only parses) so the CLI and tests can drive the
 from __future__ import annotations
 
 import ast
+import html
 import linecache
 import os
 import time
@@ -115,7 +116,11 @@ def _cell_sources(shell: Any, sources: Any) -> Any:
 
 
 class _Progress:
-    """A one-line progress display that updates in place (notebook) or prints (terminal)."""
+    """A progress bar that updates in place while the steps run and is cleared when they end.
+
+    Shown as HTML (`<progress>`) with a plain-text alternative for text-only frontends; nothing without a
+    display (a terminal). Never a Python string repr, never left behind in the saved notebook.
+    """
 
     def __init__(self, total: int, label: str, live: bool) -> None:
         self.total = total
@@ -126,20 +131,27 @@ class _Progress:
             try:
                 from IPython.display import display
 
-                self.handle = display(self._text(0), display_id=True)
+                self.handle = display(self._bundle(0), raw=True, display_id=True)
             except Exception:  # noqa: BLE001 - no display available: stay silent
                 self.handle = None
 
-    def _text(self, done: int) -> str:
-        width = 24
-        filled = int(width * done / max(1, self.total))
+    def _bundle(self, done: int) -> dict[str, str]:
         el = time.perf_counter() - self.t0
         eta = (el / done * (self.total - done)) if done else 0.0
-        return f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {el:.1f}s eta {eta:.1f}s"
+        text = f"{self.label}: step {done}/{self.total}, {el:.1f}s elapsed, eta {eta:.1f}s"
+        html_text = html.escape(text)
+        return {"text/plain": text,
+                "text/html": f"<div><progress value='{done}' max='{self.total}'></progress> {html_text}</div>"}
 
     def update(self, done: int) -> None:
         if self.handle is not None:
-            self.handle.update(self._text(done))
+            self.handle.update(self._bundle(done), raw=True)
+
+    def close(self) -> None:
+        """Clear the bar (the run's result is displayed next)."""
+        if self.handle is not None:
+            self.handle.update({"text/plain": ""}, raw=True)
+            self.handle = None
 
 
 def _notebook_and_cell(shell: Any) -> tuple[str | None, str | None]:
@@ -199,6 +211,8 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
                 progress.update(i + 1)
     except BaseException as e:  # noqa: BLE001 - saved, then re-raised unchanged
         error = e
+    finally:
+        progress.close()
     wall = time.perf_counter() - t0
     status = cap.status if cap.trace is not None else "error"
     if cap.trace is not None:

@@ -268,3 +268,30 @@ def test_kineto_marker_filter_keeps_other_lines(capfd):
                     b"USDT:2026-11-30 16:03:52 3169:3169 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
     err = capfd.readouterr().err
     assert err == "ERROR: something kineto wants you to see\n"
+
+
+def test_progress_is_a_real_bar_cleared_when_done(monkeypatch):
+    """Issue 14 item 5: not a quoted Python string that stays in the output; a bar, then nothing."""
+    import IPython.display
+
+    from neuron_studio.runner import _Progress
+
+    shown = []
+
+    class Handle:
+        def update(self, obj, **kw):
+            shown.append((obj, kw))
+
+    def fake_display(obj, **kw):
+        shown.append((obj, kw))
+        return Handle()
+
+    monkeypatch.setattr(IPython.display, "display", fake_display)
+    bar = _Progress(3, "%%neuron eager", live=True)
+    bar.update(2)
+    bar.close()
+    assert all(isinstance(obj, dict) and kw.get("raw") for obj, kw in shown)      # a MIME bundle, not a str
+    assert "<progress value='2' max='3'>" in shown[1][0]["text/html"]
+    assert shown[1][0]["text/plain"].startswith("%%neuron eager: step 2/3")
+    assert shown[-1][0] == {"text/plain": ""}                                  # cleared when done
+    assert _Progress(3, "x", live=False).handle is None                        # no frontend: nothing shown
