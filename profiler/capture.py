@@ -27,6 +27,7 @@ import torch
 
 from neuron_studio import device as _device
 from neuron_studio.profiler.kineto_log import without_kineto_markers
+from neuron_studio.profiler.memory_capture import MemoryRecorder, memory_frame
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
 from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES, MODES
 
@@ -63,8 +64,9 @@ def _class_label(module: torch.nn.Module) -> str:
 class _ModuleTracker:
     """Module path per op: transitions of the module stack stamped with the device's op sequence number."""
 
-    def __init__(self, bus: Any) -> None:
+    def __init__(self, bus: Any, memory: Any = None) -> None:
         self.bus = bus
+        self.memory = memory  # a MemoryRecorder (learns which storages are parameters, inputs, ...) or None
         self.stack: list[str] = []
         self.trans_seq: list[int] = []
         self.trans_path: list[str] = []
@@ -84,8 +86,10 @@ class _ModuleTracker:
         if parent is not None:
             pmod = self._modules_by_path.get(parent)
             if pmod is not None:
-                for child_name, child in pmod.named_children():
-                    if child is module:
+                # descendants, not only children: blocks in a ModuleList/ModuleDict are called by the
+                # parent's forward while the container itself never runs
+                for child_name, child in pmod.named_modules():
+                    if child is module and child_name:
                         name = f"{parent}.{child_name}"
                         break
         if name is None:
@@ -107,7 +111,10 @@ class _ModuleTracker:
             return
         if threading.get_ident() != self.thread:
             return
-        self.stack.append(self._name(module))
+        path = self._name(module)
+        if self.memory is not None:
+            self.memory.module_pre(module, path, args, outermost=not self.stack)
+        self.stack.append(path)
         self._mark("forward")
 
     def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -115,14 +122,20 @@ class _ModuleTracker:
             return
         if threading.get_ident() != self.thread or not self.stack:
             return
-        self.stack.pop()
+        path = self.stack.pop()
+        if self.memory is not None:
+            self.memory.module_post(path, output)
         self._mark("forward")
 
     def opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.memory is not None:
+            self.memory.optimizer_pre(optimizer)
         self.stack.append(f"optimizer.{type(optimizer).__name__}")
         self._mark("optimizer")
 
     def opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self.memory is not None:
+            self.memory.optimizer_post(optimizer)
         if self.stack:
             self.stack.pop()
         self._mark("forward")
@@ -175,6 +188,7 @@ class Capture:
         host_events: bool = True,
         with_stack: bool = False,
         capacity: int = 2_000_000,
+        record_memory: bool = True,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
@@ -192,10 +206,13 @@ class Capture:
         self.host_events = host_events
         self.with_stack = with_stack
         self.capacity = capacity
+        self.record_memory = record_memory
+        self._memory = None
         self.trace: Trace | None = None
         self.status = "running"
         self._step = 0
         self._step_seq: list[int] = []
+        self._step_ns: list[int] = []
         self._sub = None
         self._prof = None
         self._tracker = None
@@ -223,8 +240,11 @@ class Capture:
         warnings.filterwarnings("ignore", message=r".*global hooks.*")
         bus = self.registry.bus
         self._sub = bus.subscribe(capacity=self.capacity, with_source=True)
-        self._tracker = _ModuleTracker(bus)
+        self._memory = MemoryRecorder(self.registry) if self.record_memory else None
+        self._tracker = _ModuleTracker(bus, self._memory if self._memory is not None and self._memory.active else None)
         self._tracker.start()
+        if self._memory is not None:
+            self._memory.start()
         self._compile_start = len(self.registry.compile_log)
         self._record_errors0 = bus.record_errors
         self._t_perf0 = time.perf_counter_ns()
@@ -246,6 +266,7 @@ class Capture:
     def step(self) -> None:
         """Mark the end of one step (like `torch.profiler.profile.step()`)."""
         self._step_seq.append(self.registry.bus.last_seq)
+        self._step_ns.append(time.perf_counter_ns())
         self._step += 1
 
     def stop(self, status: str = "ok") -> Trace:
@@ -270,6 +291,8 @@ class Capture:
         if self._sub is not None:
             self._sub.close()
         self._tracker.stop()
+        if self._memory is not None:
+            self._memory.stop()
         if getattr(self, "_warnings", None) is not None:
             self._warnings.__exit__(None, None, None)
             self._warnings = None
@@ -287,6 +310,10 @@ class Capture:
                     events[i] = dataclasses.replace(e, source=fwd_source[int(fwd[8:])])
         steps = self._step_index(seqs)
         ops = ops_frame(events, modules=modules, phases=phases, steps=steps.tolist())
+        memory = None
+        if self._memory is not None and self._memory.active:
+            memory = memory_frame(self._memory, ops, step_times=self._step_ns, warmup=self.warmup,
+                                  t0=self._t_perf0)
         if self.warmup:
             ops = ops[ops["step"] >= self.warmup].reset_index(drop=True)
         t0 = self._t_perf0
@@ -300,6 +327,7 @@ class Capture:
             "version": 1,
             "backend": self.registry.backend,
             "chip": self.chip,
+            "lnc": int(self.registry.target.lnc) if self.chip == self.registry.target.chip else None,
             "mode": self.mode,
             "name": self.name,
             "status": status,
@@ -321,7 +349,10 @@ class Capture:
         }
         if getattr(self, "_host_error", None):
             meta["host_events_error"] = self._host_error
-        self.trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta)
+        if memory is not None:
+            meta["memory"] = {"source": "emulator allocator", "devices": sorted(set(memory["device"].tolist())),
+                              "saved_tensor_hooks": self.mode != "compile"}
+        self.trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta, memory=memory)
         self.status = status
         return self.trace
 

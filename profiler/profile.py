@@ -18,6 +18,8 @@ from neuron_studio.profiler.analysis import gpu as _gpu
 from neuron_studio.profiler.analysis import gpu_vs_trainium as _port
 from neuron_studio.profiler.analysis import trace_gaps as _gaps
 from neuron_studio.profiler.analysis import hot_path as _hot
+from neuron_studio.profiler.analysis import memory as _mem
+from neuron_studio.profiler.analysis import memory_forecast as _fc
 from neuron_studio.profiler.analysis import op_table as _table
 from neuron_studio.profiler.analysis import blockers as _blockers
 from neuron_studio.profiler.analysis import roofline as _roof
@@ -281,6 +283,41 @@ class Profile:
 
     def fusion_groups(self) -> pd.DataFrame:
         return self.device_run.groups.to_frame()
+
+    # -- device memory -----------------------------------------------------------------------------
+    def memory_timeline(self, device: int | None = None) -> pd.DataFrame:
+        """Bytes live on the device after every allocation and free, in total and per category
+        (parameter, gradient, optimizer_state, input, activation, temporary); categories add up to the total.
+        `device_time_ns` is the device time of the row's op (modeled on the emulator)."""
+        _mem._require(self.trace.memory, self.trace.meta)
+        dt = pd.Series(self.ops["device_end_ns"].to_numpy(), index=self.ops["seq"].to_numpy())
+        return _mem.memory_timeline(self.trace.memory, device=device, device_time=dt[~dt.index.duplicated()])
+
+    def memory_peak(self, top: int | None = None, device: int | None = None) -> pd.DataFrame:
+        """What is live at the peak, largest first, with the op, module and source line that allocated it.
+        `nbytes` sums to the peak (before `top`); `.attrs` holds the peak, where it happens, and per category."""
+        _mem._require(self.trace.memory, self.trace.meta)
+        return _mem.memory_peak(self.trace.memory, device=device, top=top)
+
+    def activation_memory(self, device: int | None = None) -> pd.DataFrame:
+        """Activations (saved for backward) per module, children included: per step and live at the peak."""
+        _mem._require(self.trace.memory, self.trace.meta)
+        return _mem.activation_memory(self.trace.memory, device=device, steps=self.steps)
+
+    def memory_bounds(self, device: int | None = None) -> _mem.MemoryBounds:
+        """Fragmentation-free lower bound vs a modeled allocator's high-water mark."""
+        _mem._require(self.trace.memory, self.trace.meta)
+        return _mem.memory_bounds(self.trace.memory, device=device)
+
+    def memory_forecast(self, chip: str | None = None, lnc: int | None = None, *, device: int | None = None,
+                        shards: int | None = None) -> _fc.MemoryForecast:
+        """Does the step fit on `chip` (default: the profile's) at `lnc`, and what each lever would save."""
+        _mem._require(self.trace.memory, self.trace.meta)
+        chip = (chip or self.trace.chip).lower()
+        if lnc is None and chip == self.trace.chip:
+            lnc = self.trace.meta.get("lnc")
+        return _fc.memory_forecast(self.trace.memory, chip=chip, lnc=lnc, device=device, shards=shards,
+                                   module_classes=self.trace.meta.get("module_classes") or {})
 
     def cost(self) -> Cost:
         s = self.summary

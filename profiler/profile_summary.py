@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["profile_summary", "SUMMARY_VERSION"]
@@ -125,6 +126,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "hot_basis": prof.hot_basis,
         "source": _source(meta),
         "gpu": _gpu_block(prof),
+        "memory": memory_block(prof),
         "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps(),
         "provenance": _provenance(meta),
     })

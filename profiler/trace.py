@@ -5,6 +5,9 @@
   re-modeled without shapes, plus where it came from (module path, phase, user source line).
 - `host`: host-side events from torch.profiler (or an imported Chrome trace): name, thread, times, shapes.
 - `compiles`: one row per compile of a graph (compile mode), with the input shapes that triggered it.
+- `memory`: device memory (emulator): the storages live when the profiled steps begin, then every
+  allocation and free in allocator order, each with its size, op, module, source line and category
+  (profiler/memory_capture.py). Empty when nothing was recorded (real hardware, imported traces).
 - `meta`: backend, chip, mode, torch version, steps, and which figures are modeled vs measured.
 """
 from __future__ import annotations
@@ -15,7 +18,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["Trace", "TraceFormatError", "OPS_COLUMNS", "HOST_COLUMNS", "COMPILE_COLUMNS", "ops_frame"]
+__all__ = ["Trace", "TraceFormatError", "OPS_COLUMNS", "HOST_COLUMNS", "COMPILE_COLUMNS", "MEMORY_COLUMNS",
+           "ops_frame"]
 
 
 class TraceFormatError(ValueError):
@@ -37,6 +41,11 @@ HOST_COLUMNS: dict[str, str] = {
 }
 COMPILE_COLUMNS: dict[str, str] = {
     "graph_key": "object", "shapes": "object", "reason": "object", "compile_ns": "int64", "recompile": "bool",
+}
+MEMORY_COLUMNS: dict[str, str] = {
+    "kind": "int8", "alloc_id": "int64", "device": "int32", "nbytes": "int64", "time_ns": "int64", "seq": "int64",
+    "step": "int32", "category": "object", "name": "object", "dtype": "object", "shape": "object", "op": "object",
+    "module": "object", "phase": "object", "source": "object", "output_of": "object",
 }
 
 
@@ -84,9 +93,11 @@ class Trace:
     host: pd.DataFrame = field(default_factory=lambda: _empty(HOST_COLUMNS))
     compiles: pd.DataFrame = field(default_factory=lambda: _empty(COMPILE_COLUMNS))
     meta: dict[str, Any] = field(default_factory=dict)
+    memory: pd.DataFrame = field(default_factory=lambda: _empty(MEMORY_COLUMNS))
 
     def __post_init__(self) -> None:
         self.ops = _conform(self.ops, OPS_COLUMNS, "ops")
+        self.memory = _conform(self.memory, MEMORY_COLUMNS, "memory")
         self.host = _conform(self.host, HOST_COLUMNS, "host")
         self.compiles = _conform(self.compiles, COMPILE_COLUMNS, "compiles")
         if (self.ops["end_ns"] < self.ops["start_ns"]).any():
@@ -111,6 +122,7 @@ class Trace:
             and _frames_equal(self.ops, other.ops)
             and _frames_equal(self.host, other.host)
             and _frames_equal(self.compiles, other.compiles)
+            and _frames_equal(self.memory, other.memory)
         )
 
 

@@ -1,0 +1,95 @@
+"""The `memory` block of the profile summary payload: everything the memory tab draws, JSON-safe.
+
+Renderers (inline HTML, the JupyterLab extension, the CLI report) only lay this out: a stacked area of
+bytes live per category over the profiled steps (binned, keeping each bin's highest point, so the peak is
+drawn exactly), the peak marked, the storages live at the peak, activations per module, the lower bound vs
+the allocator high-water mark, and the forecast per chip with its levers.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from neuron_studio.profiler.analysis.memory import CATEGORIES, NoMemoryDataError, binned_timeline
+
+__all__ = ["memory_block", "MEMORY_BINS", "LIVE_ROWS"]
+
+MEMORY_BINS = 120
+LIVE_ROWS = 25
+
+
+def _s(v: Any) -> Any:
+    if v is None or (isinstance(v, float) and v != v):
+        return None
+    return v if isinstance(v, (str, int, float, bool)) else str(v)
+
+
+def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_ROWS) -> dict[str, Any] | None:
+    """The memory block of a profile, or None when the profile holds no memory record."""
+    if prof.trace.memory is None or not len(prof.trace.memory):
+        return None
+    try:
+        tl = prof.memory_timeline()
+        peak = prof.memory_peak()
+        forecast = prof.memory_forecast()
+        bounds = prof.memory_bounds()
+        acts = prof.activation_memory()
+    except NoMemoryDataError:
+        return None
+    b = binned_timeline(tl, bins)
+    x = b["device_time_ns"].to_numpy(dtype=np.float64)
+    if np.isnan(x).all():
+        x = b["time_ns"].to_numpy(dtype=np.float64)
+    x = np.maximum.accumulate(np.nan_to_num(x, nan=0.0))
+    peak_row = int(np.argmax(b["total_bytes"].to_numpy()))
+    step_starts = [int(i) for i in np.flatnonzero(np.diff(b["step"].to_numpy()) > 0) + 1]
+    a = peak.attrs
+    return {
+        "device": int(a["device"]),
+        "peak_bytes": int(a["peak_bytes"]),
+        "peak": {"op": _s(a["op"]), "module": _s(a["module"]), "source": _s(a["source"]), "phase": _s(a["phase"]),
+                 "step": int(a["step"]), "index": peak_row},
+        "by_category": {c: int(v) for c, v in a["by_category"].items()},
+        "categories": list(CATEGORIES),
+        "timeline": {
+            "x_ns": [float(v) for v in x],
+            "x_label": "device time (modeled)" if prof.modeled_figures else "device time",
+            "total": [int(v) for v in b["total_bytes"]],
+            **{c: [int(v) for v in b[c]] for c in CATEGORIES},
+            "step_starts": step_starts,
+            "events": int(len(tl)),
+        },
+        "live": [{"nbytes": int(r.nbytes), "category": r.category, "name": _s(r.name), "dtype": _s(r.dtype),
+                  "shape": _s(r.shape), "op": _s(r.op), "module": _s(r.module), "source": _s(r.source)}
+                 for r in peak.head(live_rows).itertuples(index=False)],
+        "live_count": int(len(peak)),
+        "activations": [{"module": r.module, "activation_bytes": float(r.activation_bytes),
+                         "at_peak_bytes": int(r.at_peak_bytes)} for r in acts.head(12).itertuples(index=False)],
+        "bounds": {"lower_bound_bytes": bounds.lower_bound_bytes,
+                   "allocator_high_water_bytes": bounds.allocator_high_water_bytes,
+                   "round_bytes": bounds.round_bytes, "modeled": True},
+        "forecast": {
+            "chip": forecast.chip, "lnc": forecast.lnc, "capacity_bytes": forecast.capacity_bytes,
+            "headroom_bytes": forecast.headroom_bytes, "fits": forecast.fits,
+            "profiling_reserve_bytes": forecast.profiling_reserve_bytes,
+            "fits_while_profiling": forecast.fits_while_profiling,
+            "summary_line": forecast.summary_line(),
+            "chips": [{"chip": c.chip, "lnc": c.lnc, "capacity_bytes": c.capacity_bytes,
+                       "headroom_bytes": c.headroom_bytes, "fits": c.fits,
+                       "fits_while_profiling": c.fits_while_profiling} for c in forecast.chips],
+            "levers": [{"key": lv.key, "title": lv.title, "peak_bytes": lv.peak_bytes, "saving_bytes": lv.saving_bytes,
+                        "fits": lv.fits, "how": lv.how, "assumption": lv.assumption} for lv in forecast.levers],
+            "assumptions": list(forecast.assumptions),
+            "modeled": True,
+        },
+        "notes": _notes(prof),
+    }
+
+
+def _notes(prof: Any) -> list[str]:
+    out = ["bytes of live device tensors as the emulator's allocator counts them (exact for the emulated device)"]
+    if prof.trace.mode == "compile":
+        out.append("compile mode: tensors a compiled graph keeps inside itself (its saved activations) run on "
+                   "host buffers of the emulator and are not counted; eager or adaptive mode shows them")
+    return out

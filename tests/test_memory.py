@@ -1,0 +1,259 @@
+"""Device memory capture, analysis and the out-of-memory forecast (issue 20).
+
+The emulator's allocator is the reference: the captured peak must equal `torch.neuron.max_memory_allocated()`
+for the step, the categories must add up to the allocator's total at every point, and each lever's modeled
+saving must match what applying the lever on the emulator actually saves (within 10%).
+"""
+from __future__ import annotations
+
+import gc
+from typing import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from neuron_studio.profiler.analysis.memory import CATEGORIES, NoMemoryDataError
+from neuron_studio.profiler.capture import Capture
+from tests.models.blocks import PreNormBlock
+from tests.models.gpt import GPT, lm_loss
+
+BATCH = 8
+
+
+def _block(batch: int = BATCH, dtype: torch.dtype = torch.float32):
+    torch.manual_seed(0)
+    model = PreNormBlock(64, 4).to("neuron", dtype)
+    x = torch.randn(batch, 32, 64, device="neuron", dtype=dtype)
+    return model, lambda m: m(x).pow(2).mean()
+
+
+def _gpt(batch: int = BATCH, dtype: torch.dtype = torch.float32):
+    torch.manual_seed(0)
+    model = GPT(vocab=512, d=64, heads=4, layers=4, seq=64).to("neuron", dtype)
+    idx = torch.randint(0, 512, (batch, 64)).to("neuron")
+    tgt = torch.randint(0, 512, (batch, 64)).to("neuron")
+    return model, lambda m: lm_loss(m, idx, tgt)
+
+
+MODELS = {"block": _block, "gpt": _gpt}
+
+
+def _train_step(model: torch.nn.Module, loss_fn: Callable, opt) -> Callable[[], None]:  # noqa: ANN001
+    def step() -> None:
+        loss = loss_fn(model)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    return step
+
+
+def _measure(step: Callable[[], None], *, warmup_outside: int = 1):  # noqa: ANN202
+    """Profile one steady-state step; returns the profile and the allocator's own peak for that step."""
+    for _ in range(warmup_outside):
+        step()
+    gc.collect()
+    torch.neuron.reset_peak_memory_stats()
+    with Capture(host_events=False) as cap:
+        step()
+        cap.step()
+    return cap.profile, torch.neuron.max_memory_allocated()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_captured_peak_is_the_allocators_peak_and_categories_add_up(name: str) -> None:
+    model, loss_fn = MODELS[name]()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prof, allocator_peak = _measure(_train_step(model, loss_fn, opt))
+    peak = prof.memory_peak()
+    assert peak.attrs["peak_bytes"] == allocator_peak
+    assert int(peak["nbytes"].sum()) == allocator_peak
+    tl = prof.memory_timeline()
+    assert int(tl["total_bytes"].max()) == allocator_peak
+    assert (tl[list(CATEGORIES)].sum(axis=1) == tl["total_bytes"]).all()
+    assert (tl[list(CATEGORIES)] >= 0).all().all()
+    # the live set at the end is what the allocator holds now
+    assert int(tl["total_bytes"].iloc[-1]) == torch.neuron.memory_allocated()
+    # the model's own tensors are recognised
+    param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert int(tl["parameter"].max()) == param_bytes
+    assert int(tl["optimizer_state"].max()) == 2 * param_bytes  # AdamW: exp_avg + exp_avg_sq on the device
+    assert int(tl["gradient"].max()) == param_bytes
+    assert tl["activation"].max() > 0 and tl["input"].max() > 0
+    by_cat = peak.attrs["by_category"]
+    assert sum(by_cat.values()) == allocator_peak
+    # the top tensors name what they are and where they came from
+    acts = peak[peak["category"] == "activation"]
+    assert len(acts) and acts["source"].notna().all() and acts["op"].str.startswith("aten::").all()
+    in_blocks = acts[acts["source"].str.contains("blocks.py:")]
+    assert len(in_blocks) and in_blocks["module"].str.startswith(type(model).__name__).all()
+    params = peak[peak["category"] == "parameter"]
+    assert set(params["name"]) == {f"{type(model).__name__}.{n}" for n, _ in model.named_parameters()}
+
+
+def test_warmup_is_folded_into_the_live_set_at_the_first_profiled_step() -> None:
+    model, loss_fn = _block()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = _train_step(model, loss_fn, opt)
+    gc.collect()
+    with Capture(warmup=1, host_events=False) as cap:
+        step()
+        cap.step()
+        torch.neuron.reset_peak_memory_stats()
+        live_at_start = torch.neuron.memory_allocated()
+        step()
+        cap.step()
+    prof = cap.profile
+    tl = prof.memory_timeline()
+    base = tl[tl["event"] == "baseline"]
+    assert int(base["nbytes"].sum()) == live_at_start
+    assert prof.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated()
+    assert (tl.loc[tl["event"] != "baseline", "step"] == 1).all()
+
+
+def test_activation_memory_per_module_and_bounds() -> None:
+    model, loss_fn = _gpt()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prof, allocator_peak = _measure(_train_step(model, loss_fn, opt))
+    acts = prof.activation_memory().set_index("module")
+    blocks = [f"GPT.blocks.{i}" for i in range(4)]
+    # identical blocks save identical activations
+    per_block = acts.loc[blocks, "activation_bytes"]
+    assert per_block.nunique() == 1 and per_block.iloc[0] > 0
+    # a parent counts its children
+    assert acts.loc["GPT", "activation_bytes"] >= per_block.sum()
+    peak = prof.memory_peak()
+    assert acts.loc["GPT", "at_peak_bytes"] == peak.attrs["by_category"]["activation"] - int(
+        peak.loc[(peak["category"] == "activation") & (peak["module"].fillna("") == ""), "nbytes"].sum())
+    b = prof.memory_bounds()
+    assert b.lower_bound_bytes == allocator_peak
+    assert b.allocator_high_water_bytes >= b.lower_bound_bytes
+
+
+def _checkpoint(model: torch.nn.Module, paths: tuple[str, ...]) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    root = type(model).__name__
+    for path in paths:
+        assert path.startswith(root + ".")
+        mod = model.get_submodule(path[len(root) + 1:])
+        fwd = mod.forward
+        mod.forward = lambda *a, _f=fwd: checkpoint(_f, *a, use_reentrant=False)
+
+
+class _HostAdamW:
+    """CPU offload of the optimizer: AdamW on host copies of the parameters, gradients copied to the host."""
+
+    def __init__(self, params: list[torch.nn.Parameter]) -> None:
+        self.params = params
+        self.host = [p.detach().cpu().requires_grad_() for p in params]
+        self.opt = torch.optim.AdamW(self.host, lr=1e-3)
+
+    def step(self) -> None:
+        for p, h in zip(self.params, self.host):
+            h.grad = p.grad.cpu()
+        self.opt.step()
+        with torch.no_grad():
+            for p, h in zip(self.params, self.host):
+                p.copy_(h)
+
+    def zero_grad(self) -> None:
+        for p in self.params:
+            p.grad = None
+
+
+def _lever(prof, key: str):  # noqa: ANN001, ANN202
+    levers = [lv for lv in prof.memory_forecast("trn2").levers if lv.key == key]
+    assert levers, key
+    return levers[0]
+
+
+def _saving_matches(modeled: int, actual: int) -> None:
+    assert actual > 0, actual
+    assert abs(modeled - actual) <= 0.10 * actual, (modeled, actual)
+
+
+def _profile_of(make: Callable, batch: int = BATCH, dtype: torch.dtype = torch.float32, *, offload: bool = False,
+                checkpoint: tuple[str, ...] = ()):  # noqa: ANN202
+    """Build, train one warm-up step and profile one step; the model dies on return (only the profile stays)."""
+    model, loss_fn = make(batch, dtype)
+    _checkpoint(model, checkpoint)
+    opt = _HostAdamW(list(model.parameters())) if offload else torch.optim.AdamW(model.parameters(), lr=1e-3)
+    return _measure(_train_step(model, loss_fn, opt))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_each_lever_saves_what_applying_it_saves(name: str) -> None:
+    make = MODELS[name]
+    prof, peak = _profile_of(make)
+    assert prof.memory_peak().attrs["peak_bytes"] == peak
+    # batch: half the samples per step
+    lv = _lever(prof, "batch")
+    assert lv.factor == 0.5
+    _saving_matches(lv.saving_bytes, peak - _profile_of(make, BATCH // 2)[1])
+    # bf16 weights, activations and optimizer state
+    _saving_matches(_lever(prof, "bf16").saving_bytes, peak - _profile_of(make, BATCH, torch.bfloat16)[1])
+    # optimizer state on the host
+    _saving_matches(_lever(prof, "cpu_offload").saving_bytes, peak - _profile_of(make, offload=True)[1])
+
+
+def test_checkpointing_the_repeated_blocks_saves_what_the_forecast_says() -> None:
+    prof, peak = _profile_of(_gpt)
+    lv = _lever(prof, "checkpoint")
+    assert lv.modules == tuple(f"GPT.blocks.{i}" for i in range(4)), lv
+    _saving_matches(lv.saving_bytes, peak - _profile_of(_gpt, checkpoint=lv.modules)[1])
+
+
+def test_forecast_per_chip_uses_the_chips_hbm_per_logical_core() -> None:
+    from neuron_studio.device.targets import target_for
+
+    model, loss_fn = _block()
+    prof, peak = _measure(_train_step(model, loss_fn, torch.optim.AdamW(model.parameters(), lr=1e-3)))
+    fc = prof.memory_forecast("trn2", 2)
+    cap = target_for("trn2", 2).hbm_bytes_per_logical_core
+    assert fc.capacity_bytes == cap and fc.peak_bytes == peak and fc.headroom_bytes == cap - peak and fc.fits
+    rows = {(c.chip, c.lnc): c for c in fc.chips}
+    assert set(rows) == {("trn1", 1), ("trn2", 1), ("trn2", 2), ("trn3", 1), ("trn3", 2)}
+    for (chip, lnc), c in rows.items():
+        assert c.capacity_bytes == target_for(chip, lnc).hbm_bytes_per_logical_core
+    assert rows[("trn1", 1)].profiling_reserve_bytes is None  # TorchNeuron (and its DEVICE mode) is Trn2/Trn3 only
+    assert fc.summary_line() == f"peak {_gib(peak)} of 24 GiB (trn2, LNC=2)"
+
+
+def _gib(n: int) -> str:
+    from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
+
+    return fmt_bytes(n)
+
+
+def test_a_step_that_does_not_fit_is_forecast_with_the_shortfall_and_a_lever_that_fits() -> None:
+    model, loss_fn = _gpt()
+    prof, peak = _measure(_train_step(model, loss_fn, torch.optim.AdamW(model.parameters(), lr=1e-3)))
+    # the same step scaled to a chip whose logical core holds less than the peak: a fake tiny chip would hide
+    # the real figures, so shrink the step's bytes instead by asking for a huge shard count on a big peak
+    from neuron_studio.profiler.analysis.memory_forecast import memory_forecast
+
+    mem = prof.trace.memory.copy()
+    cap24 = 24 * 2**30
+    scale = (cap24 * 1.3) / peak  # make the peak 30% larger than a trn2 LNC=2 core
+    mem["nbytes"] = (mem["nbytes"] * scale).round().astype("int64")
+    fc = memory_forecast(mem, chip="trn2", lnc=2, module_classes=prof.trace.meta["module_classes"])
+    assert not fc.fits and fc.headroom_bytes < 0
+    assert "does not fit, short by" in fc.summary_line()
+    assert any(lv.fits for lv in fc.levers)
+    batch = [lv for lv in fc.levers if lv.key == "batch" and lv.factor != 0.5]
+    assert batch and batch[0].fits and 0 < batch[0].factor < 1
+
+
+def test_no_memory_record_is_a_clear_error() -> None:
+    from neuron_studio.profiler.profile import Profile
+    from neuron_studio.profiler.trace import Trace
+
+    model, loss_fn = _block()
+    prof, _ = _measure(_train_step(model, loss_fn, torch.optim.AdamW(model.parameters(), lr=1e-3)))
+    bare = Profile.from_trace(Trace(ops=prof.trace.ops, meta=prof.trace.meta))
+    with pytest.raises(NoMemoryDataError, match="no device-memory record"):
+        bare.memory_peak()
+    real = Profile.from_trace(Trace(ops=prof.trace.ops, meta={**prof.trace.meta, "backend": "real"}))
+    with pytest.raises(NoMemoryDataError, match="emulator"):
+        real.memory_timeline()
