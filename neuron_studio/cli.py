@@ -288,7 +288,8 @@ def load_rank_profiles(store: Any, rec: Any) -> dict[int, Any]:
 
         meta_df = table("meta")
         meta = json.loads(meta_df["json"].iloc[0]) if meta_df is not None else {"rank": r}
-        prof = Profile.from_trace(Trace(ops=table("ops"), host=table("host"), compiles=table("compiles"), meta=meta))
+        prof = Profile.from_trace(Trace(ops=table("ops"), host=table("host"), compiles=table("compiles"), meta=meta,
+                                          memory=table("memory")))
         prof.run_id = rec.id
         out[r] = prof
     return out

@@ -81,6 +81,8 @@ def save_profile(store: RunStore, run_id: int, prof: Any) -> None:
     store.save_table(run_id, "ops", _objects_as_str(tr.ops))
     store.save_table(run_id, "host", _objects_as_str(tr.host))
     store.save_table(run_id, "compiles", _objects_as_str(tr.compiles))
+    if len(tr.memory):
+        store.save_table(run_id, "memory", _objects_as_str(tr.memory))
     store.save_table(run_id, "meta", pd.DataFrame({"json": [json.dumps(_json_safe(tr.meta))]}))
     m = prof.ops
     dev = pd.DataFrame({
@@ -118,7 +120,8 @@ def load_stored_profile(store: RunStore, run: RunRecord | int | str) -> Any:
     host = store.load_table(rec.id, "host").to_pandas() if "host" in tables else None
     compiles = store.load_table(rec.id, "compiles").to_pandas() if "compiles" in tables else None
     meta = json.loads(store.load_table(rec.id, "meta").to_pandas()["json"].iloc[0]) if "meta" in tables else {}
-    trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta)
+    memory = store.load_table(rec.id, "memory").to_pandas() if "memory" in tables else None
+    trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta, memory=memory)
     if "measured_summary" in meta:  # a run measured on Trainium: keep its figures, never re-model them
         from neuron_studio.profiler.neuron_profile import profile_from_saved
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from neuron_studio.profiler.trace import Trace
 from neuron_studio.profiler.trace_encoding import (
-    CHROME_FORMAT, FORMAT_VERSION, TABLES, atomic_write, column_values, dtype_names, dumps_ascii, json_meta,
+    CHROME_FORMAT, FORMAT_VERSION, TABLES, atomic_write, tables_of, column_values, dtype_names, dumps_ascii, json_meta,
 )
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
@@ -133,17 +133,22 @@ def _text(v: Any) -> str:
     return v if isinstance(v, str) else ("" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
 
 
+def _rows(df: pd.DataFrame) -> list:
+    return [list(r) for r in zip(*(column_values(df[c]) for c in df.columns))] if len(df) else []
+
+
 def chrome_metadata(profile: Any) -> dict:
     trace: Trace = profile.trace
     return {"neuron_studio": {
         "format": CHROME_FORMAT,
         "version": FORMAT_VERSION,
         "meta": json_meta(trace.meta),
-        "columns": {t: [str(c) for c in getattr(trace, t).columns] for t in TABLES},
-        "dtypes": {t: dtype_names(getattr(trace, t)) for t in TABLES},
-        "rows": {t: int(len(getattr(trace, t))) for t in TABLES},
-        "compiles": [list(r) for r in zip(*(column_values(trace.compiles[c]) for c in trace.compiles.columns))]
-        if len(trace.compiles) else [],
+        "columns": {t: [str(c) for c in getattr(trace, t).columns] for t in tables_of(trace)},
+        "dtypes": {t: dtype_names(getattr(trace, t)) for t in tables_of(trace)},
+        "rows": {t: int(len(getattr(trace, t))) for t in tables_of(trace)},
+        "compiles": _rows(trace.compiles),
+        # device allocations (when recorded) travel like compiles
+        **({"memory": _rows(trace.memory)} if len(trace.memory) else {}),
         "device_timeline": "measured" if not profile.modeled_figures else "modeled",
         "time_base": "host events: ns since capture start; device events: the modeled per-core timeline",
     }}

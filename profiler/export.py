@@ -9,7 +9,8 @@ Both formats round-trip exactly through `neuron_studio.profiler.importers.read_t
   `dur`) are microsecond floats for display only. Host events go in one process ("host"); each NeuronCore is
   a process ("NeuronCore N (modeled)" or "(measured)") with one thread per engine carrying the device
   timeline from the model, and "engine utilization" counter tracks.
-- Parquet: a directory `<name>/` holding `ops.parquet`, `host.parquet`, `compiles.parquet` and `meta.json`.
+- Parquet: a directory `<name>/` holding `ops.parquet`, `host.parquet`, `compiles.parquet` and `meta.json`
+  (plus `memory.parquet` when the trace recorded device allocations; directories without it still read).
 
 Files are written atomically: into a temporary sibling, then `os.replace`. The Chrome writer lives in
 `chrome_trace` (shared with `Profile.export_chrome_trace`); the value encoding in `trace_encoding`.
@@ -30,7 +31,7 @@ from neuron_studio.profiler.chrome_trace import (
 )
 from neuron_studio.profiler.trace import Trace
 from neuron_studio.profiler.trace_encoding import (
-    CHROME_FORMAT, FORMAT_VERSION, PARQUET_FORMAT, TABLES, decode_value, dtype_names, dumps_ascii, encode_value,
+    CHROME_FORMAT, FORMAT_VERSION, PARQUET_FORMAT, TABLES, decode_value, tables_of, dtype_names, dumps_ascii, encode_value,
     json_meta,
 )
 
@@ -102,14 +103,15 @@ def to_parquet(trace: Trace, path: str | os.PathLike) -> Path:
     tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
     try:
         json_cols = {}
-        for t in TABLES:
+        tables = tables_of(trace)
+        for t in tables:
             df = getattr(trace, t)
             table, json_cols[t] = _arrow_table(df, t)
             pq.write_table(table, tmp / f"{t}.parquet", compression="zstd")
         doc = {"format": PARQUET_FORMAT, "version": FORMAT_VERSION, "meta": json_meta(trace.meta),
-               "columns": {t: [str(c) for c in getattr(trace, t).columns] for t in TABLES},
-               "dtypes": {t: dtype_names(getattr(trace, t)) for t in TABLES},
-               "rows": {t: int(len(getattr(trace, t))) for t in TABLES}, "json_columns": json_cols}
+               "columns": {t: [str(c) for c in getattr(trace, t).columns] for t in tables},
+               "dtypes": {t: dtype_names(getattr(trace, t)) for t in tables},
+               "rows": {t: int(len(getattr(trace, t))) for t in tables}, "json_columns": json_cols}
         (tmp / "meta.json").write_text(dumps_ascii(doc), encoding="ascii")
         _replace_dir(tmp, path)
     except BaseException:

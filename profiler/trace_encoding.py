@@ -13,13 +13,19 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-__all__ = ["CHROME_FORMAT", "PARQUET_FORMAT", "FORMAT_VERSION", "TABLES", "encode_value", "decode_value",
-           "column_values", "dtype_names", "json_meta", "dumps_ascii", "atomic_write"]
+__all__ = ["CHROME_FORMAT", "PARQUET_FORMAT", "FORMAT_VERSION", "TABLES", "OPTIONAL_TABLES", "tables_of",
+           "encode_value", "decode_value", "column_values", "dtype_names", "json_meta", "dumps_ascii", "atomic_write"]
 
 CHROME_FORMAT = "neuron-studio-chrome-trace"
 PARQUET_FORMAT = "neuron-studio-parquet"
 FORMAT_VERSION = 1
 TABLES = ("ops", "host", "compiles")
+OPTIONAL_TABLES = ("memory",)  # written when non-empty (device allocations); readers accept files without them
+
+
+def tables_of(trace: Any) -> tuple[str, ...]:
+    """The tables a file of `trace` holds: the required ones and the non-empty optional ones."""
+    return TABLES + tuple(t for t in OPTIONAL_TABLES if len(getattr(trace, t)))
 
 
 # -- exact value encoding (shared with the importers) ------------------------------------------------------

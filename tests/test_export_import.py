@@ -116,11 +116,12 @@ def test_profile_export_chrome_trace_like_torch_profiler(run: Profile, tmp_path:
 
 def test_parquet_round_trip_is_exact_and_replaces(run: Profile, tmp_path: Path) -> None:
     path = to_parquet(run.trace, tmp_path / "run.nstrace")
-    assert sorted(p.name for p in path.iterdir()) == ["compiles.parquet", "host.parquet", "meta.json",
-                                                      "ops.parquet"]
-    assert read_trace(path).equals(run.trace)
+    assert sorted(p.name for p in path.iterdir()) == ["compiles.parquet", "host.parquet", "memory.parquet",
+                                                      "meta.json", "ops.parquet"]
+    assert len(run.trace.memory) and read_trace(path).equals(run.trace)
     to_parquet(hand_trace(), path)                                  # overwrite an earlier export
     assert read_trace(path).equals(hand_trace())
+    assert not (path / "memory.parquet").exists()                   # a trace without memory writes none
     assert [p.name for p in tmp_path.iterdir()] == ["run.nstrace"]
     back = read_trace(path)
     assert back.ops["itemsize"].dtype == np.int8 and back.ops["step"].dtype == np.int32

@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from neuron_studio.profiler.trace_encoding import CHROME_FORMAT, FORMAT_VERSION, PARQUET_FORMAT, TABLES, decode_value
+from neuron_studio.profiler.trace_encoding import (
+    CHROME_FORMAT, FORMAT_VERSION, OPTIONAL_TABLES, PARQUET_FORMAT, TABLES, decode_value,
+)
 from neuron_studio.profiler.importers.common import BadTrace, series
 from neuron_studio.profiler.importers.json_text import reject_constant
-from neuron_studio.profiler.trace import COMPILE_COLUMNS, HOST_COLUMNS, OPS_COLUMNS, Trace
+from neuron_studio.profiler.trace import COMPILE_COLUMNS, HOST_COLUMNS, MEMORY_COLUMNS, OPS_COLUMNS, Trace
 
 __all__ = ["studio_chrome_trace", "read_parquet_dir"]
 
@@ -21,7 +23,12 @@ _MAX_ROWS = 1 << 31
 _NUMERIC_DTYPES = {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float32",
                    "float64", "bool"}
 _SIMPLE = (str, int, float, bool, type(None))
-_SPEC = {"ops": OPS_COLUMNS, "host": HOST_COLUMNS, "compiles": COMPILE_COLUMNS}
+_SPEC = {"ops": OPS_COLUMNS, "host": HOST_COLUMNS, "compiles": COMPILE_COLUMNS, "memory": MEMORY_COLUMNS}
+
+
+def _present(ns: dict) -> tuple[str, ...]:
+    """The required tables and the optional ones this file carries."""
+    return TABLES + tuple(t for t in OPTIONAL_TABLES if t in ns["columns"])
 
 
 def _check_header(ns: Any, fmt: str) -> None:
@@ -35,7 +42,7 @@ def _check_header(ns: Any, fmt: str) -> None:
     for key in ("columns", "dtypes", "rows"):
         if not isinstance(ns.get(key), dict):
             raise BadTrace(f"metadata {key!r} must be an object")
-    for t in TABLES:
+    for t in _present(ns):
         cols = ns["columns"].get(t)
         if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols) or len(set(cols)) != len(cols):
             raise BadTrace(f"metadata columns[{t!r}] must be a list of distinct strings")
@@ -131,7 +138,7 @@ def studio_chrome_trace(doc: dict, ns: Any) -> Trace:
     events = doc.get("traceEvents")
     if not isinstance(events, list):
         raise BadTrace("'traceEvents' must be an array")
-    cols = {t: ns["columns"][t] for t in TABLES}
+    cols = {t: ns["columns"][t] for t in _present(ns)}
     slots: dict[str, list] = {t: [None] * ns["rows"][t] for t in ("ops", "host")}
     for i, ev in enumerate(events):
         if type(ev) is not dict:
@@ -167,7 +174,15 @@ def studio_chrome_trace(doc: dict, ns: Any) -> Trace:
         raise BadTrace(f"metadata 'compiles' rows must be arrays of {len(cols['compiles'])} values")
     frames = {t: _frame(slots[t], cols[t], ns["dtypes"].get(t, {}), t) for t in ("ops", "host")}
     frames["compiles"] = _frame(comp, cols["compiles"], ns["dtypes"].get("compiles", {}), "compiles")
-    return Trace(ops=frames["ops"], host=frames["host"], compiles=frames["compiles"], meta=meta)
+    memory = None
+    if "memory" in cols:
+        mem = ns.get("memory", [])
+        if not isinstance(mem, list) or len(mem) != ns["rows"]["memory"] or not all(
+                isinstance(r, list) and len(r) == len(cols["memory"]) for r in mem):
+            raise BadTrace(f"metadata 'memory' must be an array of {ns['rows']['memory']} rows of "
+                           f"{len(cols['memory'])} values")
+        memory = _frame(mem, cols["memory"], ns["dtypes"].get("memory", {}), "memory")
+    return Trace(ops=frames["ops"], host=frames["host"], compiles=frames["compiles"], meta=meta, memory=memory)
 
 
 def read_parquet_dir(p: Path) -> Trace:
@@ -187,7 +202,7 @@ def read_parquet_dir(p: Path) -> Trace:
     if not isinstance(json_cols, dict):
         raise BadTrace("meta.json 'json_columns' must be an object")
     frames = {}
-    for t in TABLES:
+    for t in _present(doc):
         f = p / f"{t}.parquet"
         if not f.is_file():
             raise BadTrace(f"missing {t}.parquet")
@@ -210,5 +225,6 @@ def read_parquet_dir(p: Path) -> Trace:
             except (json.JSONDecodeError, TypeError) as e:
                 raise BadTrace(f"{t}.parquet column {c!r} holds invalid JSON text ({e})") from None
         frames[t] = df
-    return Trace(ops=frames["ops"], host=frames["host"], compiles=frames["compiles"], meta=meta)
+    return Trace(ops=frames["ops"], host=frames["host"], compiles=frames["compiles"], meta=meta,
+                 memory=frames.get("memory"))
 
