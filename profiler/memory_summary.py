@@ -15,8 +15,8 @@ from neuron_studio.profiler.analysis.memory import CATEGORIES, NoMemoryDataError
 
 __all__ = ["memory_block", "MEMORY_BINS", "LIVE_ROWS"]
 
-MEMORY_BINS = 120
-LIVE_ROWS = 25
+MEMORY_BINS = 80
+LIVE_ROWS = 20
 
 
 def _s(v: Any) -> Any:

@@ -30,6 +30,7 @@ import {
   table
 } from './dom';
 import { gpuPages, sourceLine } from './gpu';
+import { fmtBytes, memorySection } from './memory';
 
 export { bar, el, fmtCount, fmtNs, fmtPct, fmtSignedPct, fmtUsd, table };
 
@@ -271,7 +272,8 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     metric('MBU', fmtPct(p.mbu)),
     isNum(p.host_time_ns) ? metric('host time', fmtNs(p.host_time_ns)) : null,
     isNum(p.launches) ? metric('launches/step', fmtCount(p.launches)) : null,
-    isNum(p.steps) ? metric('steps', String(p.steps)) : null
+    isNum(p.steps) ? metric('steps', String(p.steps)) : null,
+    p.memory ? metric('peak memory', fmtBytes(p.memory.peak_bytes), p.memory.forecast?.summary_line) : null
   );
   const engines = el('div', { class: 'ns-Engines' }, el('h4', { text: 'Engine utilization' }));
   const byName = new Map((p.engines ?? []).map(e => [e.engine, e]));
@@ -549,6 +551,9 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   const timeline = p.timeline ? summaryTimelineSvg(p.timeline) : null;
   if (timeline) {
     pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
+  }
+  if (p.memory) {
+    pages.push(['Memory', memorySection(p.memory, src => sourceLink(src, actions))]);
   }
   if (p.compare?.ops?.length) {
     pages.push(['Diff', diffSection(p)]);

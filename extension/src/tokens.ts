@@ -167,6 +167,8 @@ export interface IProfilePayload {
   recompiles?: IRecompile[];
   cost?: ICost | null;
   compare?: ICompare | null;
+  /** Device memory over the profiled steps and the per-chip forecast (emulated runs). */
+  memory?: IMemoryBlock | null;
   warnings?: string[];
   /** Multi-rank runs (`neuron-studio run -- torchrun ...`): number of ranks and the merged analysis. */
   ranks?: number;
@@ -258,6 +260,76 @@ export interface IGpuBlock {
   temporal: ITemporalBreakdown;
   kernels: IKernelRow[];
   vs_trainium?: IGpuVsTrainium | null;
+}
+
+/** A storage live at the memory peak. */
+export interface IMemoryLive {
+  nbytes: number;
+  category: string;
+  name: string | null;
+  dtype: string | null;
+  shape: string | null;
+  op: string | null;
+  module: string | null;
+  source: SourceRef;
+}
+
+/** A lever of the memory forecast (modeled). */
+export interface IMemoryLever {
+  key: string;
+  title: string;
+  peak_bytes: number;
+  saving_bytes: number;
+  fits: boolean;
+  how: string;
+  assumption: string;
+}
+
+/** One chip at one LNC setting of the memory forecast. */
+export interface IChipFit {
+  chip: string;
+  lnc: number;
+  capacity_bytes: number;
+  headroom_bytes: number;
+  fits: boolean;
+  fits_while_profiling: boolean | null;
+}
+
+/** The summary's `memory` block (profiler/memory_summary.py). */
+export interface IMemoryBlock {
+  device: number;
+  peak_bytes: number;
+  peak: { op: string | null; module: string | null; source: SourceRef; phase: string | null; step: number; index: number };
+  by_category: Record<string, number>;
+  categories: string[];
+  /** Binned: each point is the highest of its bin, so the categories add up and the peak is a point. */
+  timeline: {
+    x_ns: number[];
+    x_label: string;
+    total: number[];
+    step_starts: number[];
+    events: number;
+    [category: string]: number[] | string | number;
+  };
+  live: IMemoryLive[];
+  live_count: number;
+  activations: { module: string; activation_bytes: number; at_peak_bytes: number }[];
+  bounds: { lower_bound_bytes: number; allocator_high_water_bytes: number; round_bytes: number; modeled: boolean };
+  forecast: {
+    chip: string;
+    lnc: number;
+    capacity_bytes: number;
+    headroom_bytes: number;
+    fits: boolean;
+    profiling_reserve_bytes: number | null;
+    fits_while_profiling: boolean | null;
+    summary_line: string;
+    chips: IChipFit[];
+    levers: IMemoryLever[];
+    assumptions: string[];
+    modeled: boolean;
+  };
+  notes: string[];
 }
 
 /** One rank of a multi-rank run. */

@@ -133,7 +133,7 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
                      "launches/step", "Open in Neuron Profiler"]:
         assert expected in text, expected
     tabs = profile.locator(".ns-Tab").all_inner_texts()
-    assert tabs == ["Summary", "Hot path", "Op table", "Fallbacks & syncs", "Timeline", "Diff"]
+    assert tabs == ["Summary", "Hot path", "Op table", "Fallbacks & syncs", "Timeline", "Memory", "Diff"]
     assert page.locator(".jp-OutputArea-output", has_text="HTML fallback").count() == 0  # rank 0 wins
     page.screenshot(path=str(ARTIFACTS / "01-renderer-summary.png"))
 
@@ -243,3 +243,70 @@ def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> Non
         assert "step time (modeled)" not in profile.inner_text()
     finally:
         pg.close()
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= div:
+            return f"{float(f'{n / div:.3g}'):g} {unit}"
+    return f"{round(n)} B"
+
+
+def _check_memory_tab(root, page, m: dict) -> None:  # noqa: ANN001
+    root.locator(".ns-Tab", has_text="Memory").click()
+    tab = root.locator(".ns-TabPage[data-tab='Memory']")
+    text = tab.inner_text()
+    assert m["forecast"]["summary_line"] in text
+    # one filled area per category present over the step, the peak marked
+    present = [c for c in m["categories"] if max(m["timeline"][c]) > 0]
+    assert tab.locator(".ns-MemArea polygon").count() == len(present)
+    for c in m["categories"]:
+        assert f"{_fmt_bytes(m['by_category'][c])}" in tab.locator(".ns-MemLegend").inner_text()
+    live = tab.locator(".ns-MemLive")
+    assert not live.is_visible()
+    tab.locator(".ns-MemPeak").click()                 # click the peak: what is live there
+    live.wait_for(state="visible")
+    assert live.locator("tbody tr").count() == len(m["live"])
+    assert HOSTILE in live.inner_text() and root.locator("script").count() == 0
+    assert _fmt_bytes(m["live"][0]["nbytes"]) in live.locator("tbody tr").first.inner_text()
+    assert tab.locator(".ns-MemChips tbody tr").count() == len(m["forecast"]["chips"])
+    levers = tab.locator(".ns-MemLevers tbody tr")
+    assert levers.count() == len(m["forecast"]["levers"])
+    assert m["forecast"]["levers"][0]["title"] in levers.first.inner_text()
+
+
+def test_memory_tab_inline_in_the_panel_and_in_the_html(lab: dict, page) -> None:  # noqa: ANN001
+    m = lab["payload"]["memory"]
+    # a fresh tab: the previous test leaves edited documents whose "leave page?" prompt would block a reload
+    page = page.context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
+    page.goto(f"{lab['base']}/lab/workspaces/ns-mem/tree/02.ipynb?reset&token={TOKEN}")
+    profile = page.locator(".jp-OutputArea-output .ns-Profile")
+    profile.wait_for(timeout=30_000)
+    assert f"peak memory" in profile.inner_text() and _fmt_bytes(m["peak_bytes"]) in profile.inner_text()
+    _check_memory_tab(profile, page, m)
+    page.screenshot(path=str(ARTIFACTS / "07-memory-tab.png"))
+    # the same tab in the Neuron Profiler panel's run detail
+    profile.locator(".ns-OpenProfiler").click()
+    detail = page.locator(".ns-ProfilerPanel .ns-Detail")
+    detail.locator(".ns-Profile").wait_for(timeout=15_000)
+    _check_memory_tab(detail.locator(".ns-Profile"), page, m)
+    page.screenshot(path=str(ARTIFACTS / "08-memory-panel.png"))
+    # the self-contained HTML (other frontends, `neuron-studio report`): the tab and the peak link, no script
+    from neuron_studio.ui.html import render_html
+
+    out = lab["root"] / "report.html"
+    out.write_text(f"<!doctype html><html><body>{render_html(lab['payload'])}</body></html>")
+    page = page.context.new_page()  # leaving the lab page would prompt about its edited documents
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(out.as_uri())
+    page.locator("label", has_text="Memory").click()
+    pane = page.locator(".mem")
+    assert m["forecast"]["summary_line"] in pane.inner_text()
+    assert pane.locator("svg.memarea polygon").count() > 0
+    page.locator("a.mempeak").click()
+    assert page.evaluate("location.hash").endswith("-live")
+    assert HOSTILE in pane.locator(".memlive").inner_text() and page.locator("script").count() == 0
+    assert errors == []

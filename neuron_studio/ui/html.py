@@ -18,6 +18,7 @@ from typing import Any
 
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt_usd
+from neuron_studio.ui.memory_html import memory_line, memory_view
 from neuron_studio.ui.templating import ENGINE_COLORS, render_template
 
 __all__ = ["render_html", "profile_tabs", "timeline_view", "measured_view", "gpu_temporal_view", "source_line", "Tab",
@@ -42,6 +43,8 @@ def profile_tabs(s: dict) -> list[Tab]:
     tabs = [Tab("Summary", "tabs/summary.html"), Tab("Timeline", "tabs/timeline.html", {"timeline": timeline_view(s)}),
             Tab("Op table", "tabs/op_table.html"), Tab("Hot path", "tabs/hot_path.html"),
             Tab("Fallbacks & syncs", "tabs/issues.html"), Tab("Diff", "tabs/diff.html")]
+    if isinstance(s.get("memory"), dict) and s["memory"]:
+        tabs.insert(len(tabs) - 1, Tab("Memory", "tabs/memory.html", {"memory": memory_view(s["memory"])}))
     ranks = s.get("ranks_analysis")
     if isinstance(ranks, dict) and ranks:
         tabs.insert(1, Tab(f"Ranks ({len(ranks.get('ranks') or [])})", "tabs/ranks.html"))
@@ -140,7 +143,8 @@ def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
         ("launches/step", fmt_sci(s.get("launches"))),
         (f"cost / 1k steps ({cost.get('chip') or ''})", fmt_usd(cost.get("per_1000_steps_usd"))),
         ("H100 / 1k steps", fmt_usd(cost.get("h100_per_1000_steps_usd"))),
-    ]
+    ] + ([("peak device memory", memory_line(s["memory"]))] if isinstance(s.get("memory"), dict) and s["memory"]
+         else [])
 
 
 def render_html(s: dict) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Callable
 from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
+from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
 from neuron_studio.ui.formatting import (
     as_number, basename, fmt_count, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
 )
@@ -41,6 +42,10 @@ def _missing_as_none(fn: Callable[[Any], str]) -> Callable[[Any], str]:
     return wrapped
 
 
+def _yes_no(value: Any) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
 def _finalize(value: Any) -> Any:
     """`None` prints as nothing (not "None")."""
     return "" if value is None else value
@@ -55,6 +60,8 @@ def _environment() -> Environment:
         undefined=Undefined, finalize=_finalize, keep_trailing_newline=False,
     )
     filters = dict(ns=fmt_ns, count=fmt_count, pct=fmt_pct, signed_pct=fmt_signed_pct, usd=fmt_usd, sci=fmt_sci,
+                   bytes=fmt_bytes,
+                   yesno=_yes_no,
                    source=fmt_source, basename=basename, bar_width=_bar_width, engine_color=_engine_color)
     env.filters.update({name: _missing_as_none(fn) for name, fn in filters.items()})
     env.globals["css"] = Markup(css())   # the package's own stylesheet: trusted, inserted as is

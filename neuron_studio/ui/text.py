@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_studio.ui.formatting import fmt_ns, fmt_pct
+from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
 __all__ = ["render_text", "render_ranks_text"]
 
@@ -72,6 +73,14 @@ def render_text(s: dict, *, top: int = 5) -> str:
 
         lines.append(f"  cost / 1,000 steps (modeled): {c.get('chip')} {usd(c.get('per_1000_steps_usd'))}"
                      f"   H100 {usd(c.get('h100_per_1000_steps_usd'))}")
+    mem = s.get("memory")
+    if isinstance(mem, dict) and mem:
+        lines.append(f"  memory: {memory_line(mem)}")
+        levers = [lv for lv in (mem.get("forecast") or {}).get("levers") or [] if (lv.get("saving_bytes") or 0) > 0]
+        if levers and not (mem.get("forecast") or {}).get("fits", True):
+            lv = levers[0]
+            lines.append(f"    best lever (modeled): {lv.get('title')} saves {fmt_bytes(lv.get('saving_bytes'))}"
+                         f"{'' if lv.get('fits') else ' (still does not fit)'}")
     hot = s.get("hot_ops") or []
     if hot:
         lines.append("  hot path:")
