@@ -42,8 +42,8 @@ __all__ = [
 MIN_WARMUP = 3
 """Neuron's profiling guide: profile after >= 3 warm-up iterations (the first calls compile and load NEFFs)."""
 
-DEVICE_HBM_RESERVED_BYTES = 5e9
-"""`ProfileMode.DEVICE` reserves approximately 5 GB of HBM on Trn2 (trainium.md §2.1)."""
+# How much HBM ProfileMode.DEVICE reserves is a hardware figure: neuron_studio/hardware/specs.json
+# (`device_profile_hbm_reserve_bytes`), used by the memory forecast.
 
 EXPLORER_TIMEOUT_S = 900.0
 

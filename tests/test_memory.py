@@ -205,18 +205,24 @@ def test_checkpointing_the_repeated_blocks_saves_what_the_forecast_says() -> Non
 
 
 def test_forecast_per_chip_uses_the_chips_hbm_per_logical_core() -> None:
-    from neuron_studio.device.targets import target_for
+    from neuron_studio.hardware import chip_spec
+
+    def per_core(chip: str, lnc: int) -> int:
+        spec = chip_spec(chip)
+        return int(spec.hbm_capacity_bytes) // spec.logical_cores_per_chip(lnc)
 
     model, loss_fn = _block()
     prof, peak = _measure(_train_step(model, loss_fn, torch.optim.AdamW(model.parameters(), lr=1e-3)))
     fc = prof.memory_forecast("trn2", 2)
-    cap = target_for("trn2", 2).hbm_bytes_per_logical_core
+    cap = per_core("trn2", 2)
     assert fc.capacity_bytes == cap and fc.peak_bytes == peak and fc.headroom_bytes == cap - peak and fc.fits
     rows = {(c.chip, c.lnc): c for c in fc.chips}
     assert set(rows) == {("trn1", 1), ("trn2", 1), ("trn2", 2), ("trn3", 1), ("trn3", 2)}
     for (chip, lnc), c in rows.items():
-        assert c.capacity_bytes == target_for(chip, lnc).hbm_bytes_per_logical_core
+        assert c.capacity_bytes == per_core(chip, lnc)
     assert rows[("trn1", 1)].profiling_reserve_bytes is None  # TorchNeuron (and its DEVICE mode) is Trn2/Trn3 only
+    reserve = chip_spec("trn2").device_profile_hbm_reserve_bytes
+    assert rows[("trn2", 1)].fits_while_profiling == (peak + reserve <= per_core("trn2", 1))
     assert fc.summary_line() == f"peak {_gib(peak)} of 24 GiB (trn2, LNC=2)"
 
 
@@ -257,3 +263,24 @@ def test_no_memory_record_is_a_clear_error() -> None:
     real = Profile.from_trace(Trace(ops=prof.trace.ops, meta={**prof.trace.meta, "backend": "real"}))
     with pytest.raises(NoMemoryDataError, match="emulator"):
         real.memory_timeline()
+
+
+def test_neuron_check_reports_whether_the_step_fits() -> None:
+    from neuron_studio.profiler.analysis.porting_report import porting_report
+    from neuron_studio.profiler.profile import Profile
+    from neuron_studio.profiler.trace import Trace
+
+    prof, peak = _profile_of(_gpt)
+    item = next(i for i in porting_report(prof).items if i.topic == "memory")
+    assert item.severity == "ok" and item.message.startswith(prof.memory_forecast().summary_line())
+    assert any(d.startswith("trn2 LNC=2: 24 GiB per logical core, headroom") for d in item.details)
+    # the same step with every storage 2000x larger (a model that does not fit one logical core)
+    t = prof.trace
+    big = t.memory.assign(nbytes=t.memory["nbytes"] * 2000)
+    huge = Profile.from_trace(Trace(ops=t.ops, host=t.host, compiles=t.compiles, meta=t.meta, memory=big))
+    fc = huge.memory_forecast()
+    assert not fc.fits and fc.peak_bytes == 2000 * peak
+    item = next(i for i in porting_report(huge).items if i.topic == "memory")
+    assert item.severity == "error" and "does not fit, short by" in item.message
+    best = next(lv for lv in fc.levers if lv.fits)
+    assert item.fix.startswith(best.title)

@@ -112,6 +112,7 @@ class ChipSpec:
     collective_bus_bandwidth_bytes_per_s: float | None = None
     internode_collective_latency_ns: float | None = None
     internode_bus_bandwidth_bytes_per_s: float | None = None
+    device_profile_hbm_reserve_bytes: float | None = None  # HBM TorchNeuron's DEVICE profiling mode holds
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: Mapping[str, str] = field(default_factory=dict, compare=False)
 

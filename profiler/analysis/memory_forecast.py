@@ -15,13 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuron_studio.hardware import chip_spec, trainium_chips
 from neuron_studio.profiler.analysis.memory import device_rows, memory_peak
 
-__all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "chip_fits", "fmt_bytes", "FORECAST_CHIPS"]
+__all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "chip_fits", "fmt_bytes"]
 
-FORECAST_CHIPS = ("trn1", "trn2", "trn3")
 _BATCH_CATEGORIES = ("activation", "input")
-_GIB = 2**30
 
 
 def fmt_bytes(n: float | None) -> str:
@@ -35,38 +34,24 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.0f} B"
 
 
-def _capacity(chip: str, lnc: int | None) -> tuple[int, int, int, str]:
-    """(HBM bytes per logical core, LNC used, logical cores per chip, chip display name)."""
-    from neuron_studio.device.targets import target_for
-
-    t = target_for(chip, lnc)
-    return int(t.hbm_bytes_per_logical_core), int(t.lnc), int(t.logical_cores), t.chip_name
-
-
-def _allowed_lnc(chip: str) -> list[int]:
-    from neuron_studio.device.targets import UnknownChipError, target_for
-
-    out = []
-    for lnc in (1, 2):
-        try:
-            target_for(chip, lnc)
-        except UnknownChipError:
-            continue
-        out.append(lnc)
-    return out
+def _capacity(chip: str, lnc: int | None) -> tuple[int, int, int]:
+    """(HBM bytes per logical core, LNC used, logical cores per chip) from the hardware accessor."""
+    spec = chip_spec(chip)
+    use = spec.check_lnc(lnc)
+    cores = spec.logical_cores_per_chip(use)
+    return int(spec.hbm_capacity_bytes) // cores, use, cores
 
 
 def _profiling_reserve(chip: str) -> int | None:
-    """HBM that TorchNeuron's DEVICE profiling mode reserves (trainium.md §2.1: ~5 GB on Trn2; the
-    profiler landscape notes the same on Trn3). TorchNeuron does not run on Trn1: no figure."""
-    from neuron_studio.profiler.real_capture import DEVICE_HBM_RESERVED_BYTES
+    """HBM TorchNeuron's DEVICE profiling mode holds (None where the studio has no figure: Trn1, which
+    TorchNeuron does not run on)."""
+    v = chip_spec(chip).device_profile_hbm_reserve_bytes
+    return None if v is None else int(v)
 
-    return int(DEVICE_HBM_RESERVED_BYTES) if chip in ("trn2", "trn3") else None
 
-
-RESERVE_ASSUMPTION = ("DEVICE profiling reserves ~5 GB of HBM (trainium.md §2.1, stated per Trn2 chip without "
-                      "saying how it is split); assumed to come out of the profiled logical core's share, the "
-                      "conservative reading")
+RESERVE_ASSUMPTION = ("TorchNeuron's DEVICE profiling mode reserves ~5 GB of HBM (documented for Trn2 without "
+                      "saying how it is split over cores); assumed to come out of the profiled logical core's "
+                      "share, the conservative reading")
 RUNTIME_ASSUMPTION = ("counts the bytes of live tensors only: the Neuron runtime's own HBM use (loaded NEFFs, "
                       "scratchpad, collective buffers) is not included and lowers the real headroom")
 
@@ -147,10 +132,10 @@ class MemoryForecast:
 
 def chip_fits(peak_bytes: int) -> list[ChipFit]:
     out = []
-    for chip in FORECAST_CHIPS:
+    for chip in trainium_chips():
         reserve = _profiling_reserve(chip)
-        for lnc in _allowed_lnc(chip):
-            cap, lnc_used, cores, _ = _capacity(chip, lnc)
+        for lnc in chip_spec(chip).lnc_allowed:
+            cap, lnc_used, cores = _capacity(chip, lnc)
             out.append(ChipFit(chip=chip, lnc=lnc_used, logical_cores=cores, capacity_bytes=cap, peak_bytes=peak_bytes,
                                headroom_bytes=cap - peak_bytes, fits=peak_bytes <= cap,
                                profiling_reserve_bytes=reserve,
@@ -240,7 +225,7 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
     rows = device_rows(mem, device)
     peak = memory_peak(mem, device=device)
     peak_bytes = int(peak.attrs["peak_bytes"])
-    cap, lnc_used, cores, _ = _capacity(chip, lnc)
+    cap, lnc_used, cores = _capacity(chip, lnc)
     reserve = _profiling_reserve(chip)
     rp = _Replay(rows)
     n_shards = int(shards or cores)

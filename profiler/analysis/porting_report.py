@@ -17,7 +17,7 @@ _UNSUPPORTED_DTYPES = {
 @dataclass
 class CheckItem:
     severity: str        # "error" (blocks a good port), "warning", "ok", "info"
-    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | efficiency | cost
+    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | memory | efficiency | cost
     message: str
     fix: str = ""
     details: list[str] = field(default_factory=list)
@@ -86,6 +86,9 @@ def porting_report(prof: Any) -> PortingReport:
             [f"{r.op} ({r.reason}) at {r.source or '?'}" for r in sp.head(10).itertuples(index=False)]))
     else:
         items.append(CheckItem("ok", "sync_points", "no host syncs inside the step"))
+    memory = _memory_item(prof)
+    if memory is not None:
+        items.append(memory)
     mfu = float(prof.mfu)
     items.append(CheckItem(
         "info" if mfu >= 0.3 else "warning", "efficiency",
@@ -102,3 +105,33 @@ def porting_report(prof: Any) -> PortingReport:
     return PortingReport(run_id=prof.run_id, chip=prof.summary.chip, mode=prof.trace.mode, items=items, mfu=mfu,
                          cost_per_1000_steps_usd=c.per_1000_steps_usd,
                          h100_cost_per_1000_steps_usd=c.h100_per_1000_steps_usd)
+
+
+def _memory_item(prof: Any) -> CheckItem | None:
+    """Will the step fit: the peak against HBM per logical core on the run's chip, every chip/LNC, and the
+    levers (modeled). None when the run holds no memory record."""
+    from neuron_studio.profiler.analysis.memory import NoMemoryDataError
+    from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
+
+    try:
+        fc = prof.memory_forecast()
+    except NoMemoryDataError:
+        return None
+    details = [f"{c.chip} LNC={c.lnc}: {fmt_bytes(c.capacity_bytes)} per logical core, "
+               + (f"headroom {fmt_bytes(c.headroom_bytes)}" if c.fits else f"short by {fmt_bytes(-c.headroom_bytes)}")
+               + ("" if c.fits_while_profiling is not False or not c.fits else
+                  f" (not with DEVICE profiling's ~{fmt_bytes(c.profiling_reserve_bytes)} reserved)")
+               for c in fc.chips]
+    useful = [lv for lv in fc.levers if lv.saving_bytes > 0]
+    details += [f"{lv.title}: saves {fmt_bytes(lv.saving_bytes)} -> peak {fmt_bytes(lv.peak_bytes)}"
+                f"{'' if lv.fits else ' (still too big)'} (modeled)" for lv in useful[:3]]
+    fitting = [lv for lv in useful if lv.fits]
+    if not fc.fits:
+        fix = (f"{fitting[0].title}: {fitting[0].how}" if fitting else
+               "no single lever fits: combine them (e.g. checkpointing with a smaller batch) or shard over more cores")
+        return CheckItem("error", "memory", fc.summary_line(), fix, details)
+    if fc.fits_while_profiling is False:
+        return CheckItem("warning", "memory", fc.summary_line(),
+                         "profile with a smaller batch, or leave DEVICE mode out of NeuronConfig", details)
+    return CheckItem("ok", "memory", fc.summary_line() + " (modeled headroom "
+                     f"{fmt_bytes(fc.headroom_bytes)})", "", details)
