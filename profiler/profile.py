@@ -310,14 +310,18 @@ class Profile:
         return _mem.memory_bounds(self.trace.memory, device=device)
 
     def memory_forecast(self, chip: str | None = None, lnc: int | None = None, *, device: int | None = None,
-                        shards: int | None = None) -> _fc.MemoryForecast:
-        """Does the step fit on `chip` (default: the profile's) at `lnc`, and what each lever would save."""
+                        shards: int | None = None, scale: float = 1.0) -> _fc.MemoryForecast:
+        """Does the step fit on `chip` (default: the profile's) at `lnc`, and what each lever would save.
+
+        `scale` multiplies every captured byte: the forecast for a model whose every tensor is `scale` times
+        larger (e.g. k x wider, k x the vocabulary and k x the batch of a transformer: scale = k**2). It is
+        arithmetic on this run's timeline, reported as such (`MemoryForecast.scale`)."""
         _mem._require(self.trace.memory, self.trace.meta)
         chip = (chip or self.trace.chip).lower()
         if lnc is None and chip == self.trace.chip:
             lnc = self.trace.meta.get("lnc")
         return _fc.memory_forecast(self.trace.memory, chip=chip, lnc=lnc, device=device, shards=shards,
-                                   module_classes=self.trace.meta.get("module_classes") or {})
+                                   module_classes=self.trace.meta.get("module_classes") or {}, scale=scale)
 
     def cost(self) -> Cost:
         s = self.summary

@@ -58,9 +58,10 @@ def run_notebook(tmp_path, monkeypatch):
     return run
 
 
-def test_the_five_tutorials_exist():
+def test_the_six_tutorials_exist():
     assert NAMES == ["01_getting_started.ipynb", "02_profile_a_transformer.ipynb",
-                     "03_eager_adaptive_compile.ipynb", "04_hot_path_to_nki.ipynb", "05_porting_checklist.ipynb"]
+                     "03_eager_adaptive_compile.ipynb", "04_hot_path_to_nki.ipynb", "05_porting_checklist.ipynb",
+                     "06_will_it_fit.ipynb"]
 
 
 @pytest.mark.slow
@@ -131,3 +132,15 @@ def test_05_porting_checklist(run_notebook):
     assert r["same_results"]
     for key in ("cost_per_1000_trn2", "cost_per_1000_h100"):
         assert r[key]["before"] > 0 and r[key]["after"] > 0
+
+
+@pytest.mark.slow
+def test_06_will_it_fit(run_notebook):
+    r = run_notebook("06_will_it_fit.ipynb")
+    assert r["peak_bytes"] == r["allocator_peak"]            # the profile's peak is the allocator's own
+    assert r["scale"] == 40**2
+    assert r["fits_before"] is False and r["fits_after"] is True and r["fits_after_while_profiling"] is True
+    assert r["top_lever"] == "checkpoint"
+    assert 3.8 < r["scaling_ratio_2x"] <= 4.0                # every tensor ~k**2: the scaling the forecast uses
+    measured, modeled = r["checkpoint_measured_saving"], r["checkpoint_modeled_saving"]
+    assert measured > 0 and abs(modeled - measured) <= 0.10 * measured

@@ -98,11 +98,14 @@ class MemoryForecast:
     chips: list[ChipFit]
     levers: list[Lever]
     assumptions: list[str] = field(default_factory=list)
+    scale: float = 1.0
     modeled: bool = True
 
     def summary_line(self) -> str:
         """'peak 18.3 GiB of 24 GiB (trn2, LNC=2)' — and what overflows when it does not fit."""
         line = f"peak {fmt_bytes(self.peak_bytes)} of {fmt_bytes(self.capacity_bytes)} ({self.chip}, LNC={self.lnc})"
+        if self.scale != 1.0:
+            line += f" for every tensor x{self.scale:g} (scaled from the captured run)"
         if not self.fits:
             line += f": does not fit, short by {fmt_bytes(-self.headroom_bytes)}"
         elif self.fits_while_profiling is False:
@@ -216,12 +219,17 @@ def _checkpoint_effect(rp: _Replay, modules: tuple[str, ...]) -> int:
 
 
 def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = None, device: int | None = None,
-                    module_classes: dict[str, str] | None = None, shards: int | None = None) -> MemoryForecast:
+                    module_classes: dict[str, str] | None = None, shards: int | None = None,
+                    scale: float = 1.0) -> MemoryForecast:
     """The forecast for `chip` at `lnc` (default: the chip's default LNC) plus every chip/LNC in one table.
 
     `shards`: cores to shard optimizer state, gradients and parameters over (default: the logical cores of
-    one chip at that LNC).
+    one chip at that LNC). `scale` multiplies every byte (a what-if for a proportionally larger model).
     """
+    if not scale > 0:
+        raise ValueError(f"scale must be a positive number, got {scale!r}")
+    if scale != 1.0:
+        mem = mem.assign(nbytes=(mem["nbytes"].astype("float64") * scale).round().astype("int64"))
     rows = device_rows(mem, device)
     peak = memory_peak(mem, device=device)
     peak_bytes = int(peak.attrs["peak_bytes"])
@@ -309,7 +317,10 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
         profiling_reserve_bytes=reserve,
         fits_while_profiling=None if reserve is None else peak_bytes + reserve <= cap,
         chips=chip_fits(peak_bytes), levers=sorted(levers, key=lambda lv: -lv.saving_bytes),
-        assumptions=[RUNTIME_ASSUMPTION, RESERVE_ASSUMPTION],
+        assumptions=[RUNTIME_ASSUMPTION, RESERVE_ASSUMPTION] + (
+            [f"every captured byte multiplied by {scale:g}: a what-if for a proportionally larger model, "
+             "not a run of it"] if scale != 1.0 else []),
+        scale=float(scale),
     )
 
 
