@@ -28,7 +28,7 @@ def _s(v: Any) -> Any:
 def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_ROWS) -> dict[str, Any] | None:
     """The memory block of a profile, or None when the profile holds no memory record."""
     if prof.trace.memory is None or not len(prof.trace.memory):
-        return None
+        return _measured_block(prof)
     try:
         tl = prof.memory_timeline()
         peak = prof.memory_peak()
@@ -69,22 +69,37 @@ def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_RO
         "bounds": {"lower_bound_bytes": bounds.lower_bound_bytes,
                    "allocator_high_water_bytes": bounds.allocator_high_water_bytes,
                    "round_bytes": bounds.round_bytes, "modeled": True},
-        "forecast": {
-            "chip": forecast.chip, "lnc": forecast.lnc, "capacity_bytes": forecast.capacity_bytes,
-            "headroom_bytes": forecast.headroom_bytes, "fits": forecast.fits,
-            "profiling_reserve_bytes": forecast.profiling_reserve_bytes,
-            "fits_while_profiling": forecast.fits_while_profiling,
-            "summary_line": forecast.summary_line(),
-            "chips": [{"chip": c.chip, "lnc": c.lnc, "capacity_bytes": c.capacity_bytes,
-                       "headroom_bytes": c.headroom_bytes, "fits": c.fits,
-                       "fits_while_profiling": c.fits_while_profiling} for c in forecast.chips],
-            "levers": [{"key": lv.key, "title": lv.title, "peak_bytes": lv.peak_bytes, "saving_bytes": lv.saving_bytes,
-                        "fits": lv.fits, "how": lv.how, "assumption": lv.assumption} for lv in forecast.levers],
-            "assumptions": list(forecast.assumptions),
-            "modeled": True,
-        },
+        "forecast": _forecast_dict(forecast),
         "notes": _notes(prof),
     }
+
+
+def _forecast_dict(forecast: Any) -> dict[str, Any]:
+    return {
+        "chip": forecast.chip, "lnc": forecast.lnc, "capacity_bytes": forecast.capacity_bytes,
+        "headroom_bytes": forecast.headroom_bytes, "fits": forecast.fits,
+        "profiling_reserve_bytes": forecast.profiling_reserve_bytes,
+        "fits_while_profiling": forecast.fits_while_profiling, "summary_line": forecast.summary_line(),
+        "chips": [{"chip": c.chip, "lnc": c.lnc, "capacity_bytes": c.capacity_bytes,
+                   "headroom_bytes": c.headroom_bytes, "fits": c.fits,
+                   "fits_while_profiling": c.fits_while_profiling} for c in forecast.chips],
+        "levers": [{"key": lv.key, "title": lv.title, "peak_bytes": lv.peak_bytes, "saving_bytes": lv.saving_bytes,
+                    "fits": lv.fits, "how": lv.how, "assumption": lv.assumption} for lv in forecast.levers],
+        "assumptions": list(forecast.assumptions),
+        "modeled": forecast.modeled,
+    }
+
+
+def _measured_block(prof: Any) -> dict[str, Any] | None:
+    """Real Trainium: the measured peak and the fit verdict, nothing per allocation."""
+    measured = prof.trace.meta.get("memory_measured")
+    if not measured or measured.get("peak_bytes") is None:
+        return None
+    forecast = prof.memory_forecast()
+    return {"device": 0, "peak_bytes": int(measured["peak_bytes"]), "measured": True, "peak": None,
+            "by_category": {}, "categories": [], "timeline": None, "live": [], "live_count": 0, "activations": [],
+            "bounds": None, "forecast": _forecast_dict(forecast),
+            "notes": [str(measured.get("source") or "measured peak")]}
 
 
 def _notes(prof: Any) -> list[str]:

@@ -316,10 +316,14 @@ class Profile:
         `scale` multiplies every captured byte: the forecast for a model whose every tensor is `scale` times
         larger (e.g. k x wider, k x the vocabulary and k x the batch of a transformer: scale = k**2). It is
         arithmetic on this run's timeline, reported as such (`MemoryForecast.scale`)."""
-        _mem._require(self.trace.memory, self.trace.meta)
         chip = (chip or self.trace.chip).lower()
         if lnc is None and chip == self.trace.chip:
             lnc = self.trace.meta.get("lnc")
+        measured = self.trace.meta.get("memory_measured")
+        if not len(self.trace.memory) and measured and measured.get("peak_bytes") is not None:
+            return _fc.forecast_from_peak(int(measured["peak_bytes"] * scale), chip=chip, lnc=lnc,
+                                          source=str(measured.get("source") or "measured peak"))
+        _mem._require(self.trace.memory, self.trace.meta)
         return _fc.memory_forecast(self.trace.memory, chip=chip, lnc=lnc, device=device, shards=shards,
                                    module_classes=self.trace.meta.get("module_classes") or {}, scale=scale)
 

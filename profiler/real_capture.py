@@ -196,6 +196,7 @@ class RealRun:
     steps: int
     warmup: int
     host: pd.DataFrame | None = None
+    memory: dict[str, Any] | None = None             # measured_memory(): the allocator's peak over the steps
     wall_ns: int = 0
     explorer_message: str | None = None              # why there is no Parquet (CLI missing / failed)
     notes: list[str] = field(default_factory=list)
@@ -207,6 +208,7 @@ class RealRun:
             "switches": {k: v.to_dict() for k, v in self.switches.items()},
             "dynamo_metrics": self.dynamo_metrics, "capture_dir": str(self.run_dir) if self.run_dir else None,
             "warmup": self.warmup, "wall_ns": self.wall_ns, "capture_notes": list(self.notes),
+            "memory_measured": self.memory,
         }
 
     def profile(self, *, chip: str | None = None) -> Any:
@@ -244,6 +246,29 @@ def _host_frame(prof: Any, t_wall0: int) -> pd.DataFrame:
         rows["flops"].append(0.0)
         rows["stack"].append(None)
     return pd.DataFrame(rows)
+
+
+def _reset_peak_memory(torch: Any) -> int | None:
+    """Reset TorchNeuron's peak counter before the profiled steps; the bytes live then (None: no such API)."""
+    nx = getattr(torch, "neuron", None)
+    reset = getattr(nx, "reset_peak_memory_stats", None)
+    if reset is None or not hasattr(nx, "max_memory_allocated") or not hasattr(nx, "memory_allocated"):
+        return None
+    reset()
+    return int(nx.memory_allocated())
+
+
+def measured_memory(torch: Any, start: int | None) -> dict[str, Any] | None:
+    """What real Trainium tells about device memory over the profiled steps: TorchNeuron's allocator counters
+    (`torch.neuron.max_memory_allocated()` after a reset, `memory_allocated()` before and after). There is no
+    per-allocation record, so no timeline, categories or levers; the forecast uses the peak alone."""
+    if start is None:
+        return None
+    nx = torch.neuron
+    return {"peak_bytes": int(nx.max_memory_allocated()), "allocated_start_bytes": start,
+            "allocated_end_bytes": int(nx.memory_allocated()),
+            "source": "torch.neuron.max_memory_allocated() over the profiled steps (TorchNeuron's allocator; "
+                      "the HBM DEVICE profiling itself reserves is not in it)"}
 
 
 def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WARMUP, mode: str = "eager",
@@ -292,6 +317,7 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
             prof = torch.profiler.profile(activities=activities, experimental_config=cfg,
                                           on_trace_ready=NeuronProfiler(cfg).export_trace)
             prof.__enter__()
+        mem_start = _reset_peak_memory(torch)
         try:
             for i in range(steps):
                 fn()
@@ -300,12 +326,13 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
         finally:
             torch.neuron.synchronize()  # execution is asynchronous: sync before leaving the profiler
             prof.__exit__(None, None, None)
+        memory = measured_memory(torch, mem_start)
         host = _host_frame(prof, t_wall0)
     wall = time.perf_counter_ns() - t0
     run = RealRun(run_dir=None, parquet_dir=None, tracking=tracker.result,
                   switches=_real.eager_switches(chip=chip),
                   dynamo_metrics=_real.dynamo_metrics() if mode == "compile" else {}, mode=mode, steps=steps,
-                  warmup=warmup, host=host, wall_ns=int(wall), name=name)
+                  warmup=warmup, host=host, wall_ns=int(wall), name=name, memory=memory)
     if _real.deterministic_mode():
         run.notes.append("deterministic algorithms are on: TorchNeuron disables Adaptive Eager fusion")
     run.run_dir = locate_run_dir(opts.out_dir, modes=opts.modes, since=started)

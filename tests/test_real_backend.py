@@ -275,3 +275,38 @@ def test_capture_options_are_validated() -> None:
         real_capture.NeuronCaptureOptions(modes=("DEVICE", "GPU"))
     with pytest.raises(ValueError, match="max_events_per_nc"):
         real_capture.NeuronCaptureOptions(max_events_per_nc=0)
+
+
+def test_real_capture_records_the_measured_peak_and_forecasts_from_it(tmp_path: Path) -> None:
+    out = _run("""
+        import json, warnings, neuron_studio, torch_neuronx
+        from neuron_studio.profiler.real_capture import capture_real, NeuronCaptureOptions
+        from neuron_studio.profiler.analysis.memory import NoMemoryDataError
+        fake = torch_neuronx._fake
+        fake.allocate(2**30)                       # weights, before the capture
+        fake.allocate(40 * 2**30); fake.allocate(-40 * 2**30)   # a warm-up-only spike: not in the profiled peak
+        def cell():
+            torch_neuronx.run_op("aten::mm")
+            fake.allocate(29 * 2**30)
+            fake.allocate(-29 * 2**30)
+        warnings.simplefilter("ignore")
+        run = capture_real(cell, steps=2, options=NeuronCaptureOptions(out_dir="prof"))
+        p = run.profile()
+        fc = p.memory_forecast("trn2", 2)
+        try:
+            p.memory_timeline()
+            err = None
+        except NoMemoryDataError as e:
+            err = str(e)
+        s = p.to_summary()
+        print(json.dumps({"measured": run.meta()["memory_measured"], "line": fc.summary_line(),
+                          "levers": len(fc.levers), "modeled": fc.modeled,
+                          "chips": {f"{c.chip}/{c.lnc}": c.fits for c in fc.chips}, "err": err,
+                          "block": s["memory"]["forecast"]["summary_line"], "measured_flag": s["memory"]["measured"]}))
+    """, tmp_path, path_dirs=[_fake_explorer(tmp_path)])
+    m = out["measured"]
+    assert m["peak_bytes"] == 30 * 2**30 and m["allocated_start_bytes"] == 2**30 and m["allocated_end_bytes"] == 2**30
+    assert out["line"] == "peak 30 GiB of 24 GiB (trn2, LNC=2): does not fit, short by 6 GiB" == out["block"]
+    assert out["levers"] == 0 and out["modeled"] is False and out["measured_flag"] is True
+    assert out["chips"] == {"trn1/1": False, "trn2/1": False, "trn2/2": False, "trn3/1": False, "trn3/2": True}
+    assert "emulator" in out["err"]

@@ -43,7 +43,10 @@ const yesNo = (v: boolean | null | undefined): string => (v === null || v === un
 /** The stacked area of bytes per category; the peak marker calls `onPeak` when clicked. */
 export function memoryAreaSvg(m: IMemoryBlock, onPeak: () => void): SVGSVGElement | null {
   const tl = m.timeline;
-  const total = Array.isArray(tl?.total) ? tl.total : [];
+  if (!tl) {
+    return null;
+  }
+  const total = Array.isArray(tl.total) ? tl.total : [];
   const cats = (m.categories ?? []).filter(c => Array.isArray(tl[c]));
   const n = total.length;
   if (!n || !cats.length) {
@@ -208,7 +211,14 @@ export function memorySection(m: IMemoryBlock, link: SourceLinker): HTMLElement 
       el('b', { text: f?.summary_line ?? `peak ${fmtBytes(m.peak_bytes)}` }),
       ` ${where}`
     ),
-    area ? el('div', { class: 'ns-MemAreaBox' }, area) : el('div', { text: 'No memory timeline.' }),
+    area
+      ? el('div', { class: 'ns-MemAreaBox' }, area)
+      : el('div', {
+          class: 'ns-MemNoTimeline',
+          text: m.measured
+            ? 'Measured peak only: TorchNeuron records no per-allocation timeline. Profile the same step on the emulator for categories and levers.'
+            : 'No memory timeline.'
+        }),
     legend,
     live,
     el('h4', { text: 'Will it fit?' }),

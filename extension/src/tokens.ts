@@ -299,7 +299,9 @@ export interface IChipFit {
 export interface IMemoryBlock {
   device: number;
   peak_bytes: number;
-  peak: { op: string | null; module: string | null; source: SourceRef; phase: string | null; step: number; index: number };
+  /** Real Trainium: only the measured peak (no timeline, categories, live storages or levers). */
+  measured?: boolean;
+  peak: { op: string | null; module: string | null; source: SourceRef; phase: string | null; step: number; index: number } | null;
   by_category: Record<string, number>;
   categories: string[];
   /** Binned: each point is the highest of its bin, so the categories add up and the peak is a point. */
@@ -310,11 +312,11 @@ export interface IMemoryBlock {
     step_starts: number[];
     events: number;
     [category: string]: number[] | string | number;
-  };
+  } | null;
   live: IMemoryLive[];
   live_count: number;
   activations: { module: string; activation_bytes: number; at_peak_bytes: number }[];
-  bounds: { lower_bound_bytes: number; allocator_high_water_bytes: number; round_bytes: number; modeled: boolean };
+  bounds: { lower_bound_bytes: number; allocator_high_water_bytes: number; round_bytes: number; modeled: boolean } | null;
   forecast: {
     chip: string;
     lnc: number;

@@ -18,7 +18,7 @@ import pandas as pd
 from neuron_studio.hardware import chip_spec, trainium_chips
 from neuron_studio.profiler.analysis.memory import device_rows, memory_peak
 
-__all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "chip_fits", "fmt_bytes"]
+__all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "forecast_from_peak", "chip_fits", "fmt_bytes"]
 
 _BATCH_CATEGORIES = ("activation", "input")
 
@@ -322,6 +322,22 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
              "not a run of it"] if scale != 1.0 else []),
         scale=float(scale),
     )
+
+
+def forecast_from_peak(peak_bytes: int, *, chip: str = "trn2", lnc: int | None = None,
+                       source: str = "measured peak") -> MemoryForecast:
+    """The fit verdict from a peak alone (real Trainium: TorchNeuron's measured `max_memory_allocated()`).
+    Without a per-allocation record there is no category breakdown and no lever."""
+    cap, lnc_used, _ = _capacity(chip, lnc)
+    reserve = _profiling_reserve(chip)
+    return MemoryForecast(
+        device=0, chip=chip, lnc=lnc_used, peak_bytes=int(peak_bytes), by_category={}, capacity_bytes=cap,
+        headroom_bytes=cap - int(peak_bytes), fits=peak_bytes <= cap, profiling_reserve_bytes=reserve,
+        fits_while_profiling=None if reserve is None else peak_bytes + reserve <= cap, chips=chip_fits(int(peak_bytes)),
+        levers=[], assumptions=[RUNTIME_ASSUMPTION, RESERVE_ASSUMPTION,
+                                f"{source}: no per-allocation record, so no categories or levers; profile the same "
+                                "step on the emulator (NEURON_STUDIO_BACKEND=emulated) for those"],
+        modeled=False)
 
 
 def _largest_unit_params(rows: pd.DataFrame, classes: dict[str, str]) -> int:

@@ -20,8 +20,9 @@ def _device_module() -> types.ModuleType:
     m.current_device = lambda: 0
     m.set_device = lambda i: CALLS.append(("set_device", i))
     m.synchronize = lambda device=None: CALLS.append(("synchronize", None))
-    m.memory_allocated = lambda device=None: 0
-    m.max_memory_allocated = lambda device=None: 0
+    m.memory_allocated = lambda device=None: _fake.MEMORY["allocated"]
+    m.max_memory_allocated = lambda device=None: _fake.MEMORY["peak"]
+    m.reset_peak_memory_stats = lambda device=None: _fake.MEMORY.update(peak=_fake.MEMORY["allocated"])
     return m
 
 

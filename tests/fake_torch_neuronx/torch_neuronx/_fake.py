@@ -8,6 +8,13 @@ CALLS: list[tuple[str, object]] = []
 EXECUTED: set[str] = set()
 FALLBACK: set[str] = set()
 DYNAMO: dict[str, object] = {}
+MEMORY: dict[str, int] = {"allocated": 0, "peak": 0}  # what torch.neuron.memory_allocated()/max_... report
+
+
+def allocate(nbytes: int) -> None:
+    """What a test cell calls to pretend device tensors of `nbytes` were allocated (negative: freed)."""
+    MEMORY["allocated"] += nbytes
+    MEMORY["peak"] = max(MEMORY["peak"], MEMORY["allocated"])
 
 
 def run_op(name: str, fallback: bool = False) -> None:
