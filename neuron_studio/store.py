@@ -18,7 +18,7 @@ while a kernel is writing.
 Crashed writers: every run records the writing process (pid, its start time, host name and boot id).
 A run still ``running`` whose writer is provably gone (same host and boot, pid dead or reused, or the
 host rebooted) is reported ``interrupted``, and stored so when another process next opens the store for
-writing. A writer on another host cannot be judged, so its runs stay ``running``.
+writing. A writer on another host cannot be judged, so its runs stay ``running`` (see `run_writer`).
 
 Run ids are never reused (``AUTOINCREMENT``): deleting the newest run does not hand its id, and so its
 name in notebooks and reports, to the next run. Stores of schema 1 are migrated on first writable open.
@@ -34,7 +34,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import sqlite3
 import tempfile
 import time
@@ -42,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from urllib.parse import quote
+
+from neuron_studio.run_writer import writer_gone, writer_identity
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     import pandas
@@ -197,56 +198,6 @@ def resolve_store_root(directory: str | os.PathLike[str] | None = None) -> Path:
     return (base / root).absolute() if not root.is_absolute() else root
 
 
-def _boot_id() -> str:
-    """This boot's id (Linux); '' where unknown, in which case a reboot cannot be detected."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return ""
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux), telling a reused pid apart; None if
-    the process does not exist or it cannot be read; '' where /proc is unavailable."""
-    if not Path("/proc/self/stat").exists():
-        return ""
-    try:
-        stat = Path(f"/proc/{int(pid)}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rpartition(")")[2].split()
-    if fields and fields[0] in ("Z", "X"):  # a zombie has finished running
-        return None
-    return fields[19] if len(fields) > 19 else ""
-
-
-def _writer_identity() -> tuple[int, str, str, str]:
-    pid = os.getpid()
-    return pid, _process_start(pid) or "", socket.gethostname(), _boot_id()
-
-
-def _writer_gone(pid: int | None, start: str | None, host: str | None, boot: str | None) -> bool:
-    """True only when the writing process has provably stopped: on this host, either the host rebooted
-    since, or the pid is dead or now belongs to another process. Unknown or remote writers: False."""
-    if pid is None or not host or host != socket.gethostname():
-        return False
-    my_boot = _boot_id()
-    if boot and my_boot and boot != my_boot:
-        return True
-    if int(pid) == os.getpid():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:  # exists, owned by someone else
-        pass
-    except OSError:
-        return False
-    now = _process_start(int(pid))
-    return now is None or bool(start and now and now != start)
-
-
 def _validate_table_name(name: str) -> str:
     if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
         raise InvalidTableName(f"invalid table name {name!r}: use only letters, digits, '_' and '-'")
@@ -394,7 +345,7 @@ class RunStore:
             running = conn.execute(
                 f"SELECT id, {', '.join(_WRITER_COLUMNS)} FROM runs WHERE status = 'running'"
             ).fetchall()
-        gone = [r[0] for r in running if _writer_gone(*r[1:])]
+        gone = [r[0] for r in running if writer_gone(*r[1:])]
         if gone:
             with self._write() as conn:
                 conn.executemany(
@@ -435,7 +386,7 @@ class RunStore:
                 "status, started_at, trace_dir, ranks, parent_run, writer_pid, writer_start, writer_host, "
                 "writer_boot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, '', ?, ?, ?, ?, ?, ?)",
                 (name, cell_key, cell_source, notebook, options_json, mode, chip, backend, time.time(),
-                 int(ranks), prev, *_writer_identity()),
+                 int(ranks), prev, *writer_identity()),
             )
             run_id = int(cur.lastrowid)
             conn.execute(
@@ -598,7 +549,7 @@ class RunStore:
     def _record(self, row: tuple[Any, ...]) -> RunRecord:
         (id_, name, cell_key, cell_source, notebook, options, mode, chip, backend, status, started_at,
          ended_at, wall_s, step_time_ns, mfu, summary, trace_dir, ranks, parent_run, *writer) = row
-        if status == "running" and _writer_gone(*writer):
+        if status == "running" and writer_gone(*writer):
             status = "interrupted"  # what a writable open would store; read-only opens only report it
         return RunRecord(
             id=int(id_),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from neuron_studio import run_writer
 from neuron_studio import store as store_mod
 from neuron_studio.store import ENV_STORE, SCHEMA_VERSION, RunStore, StoreError, resolve_store_root
 
@@ -98,9 +99,9 @@ def test_reused_pid_rebooted_host_and_remote_writer(tmp_path: Path) -> None:
     _set_writer(store.root, unknown, writer_pid=None, writer_host=None)  # e.g. written before schema 2
     fresh = RunStore(store.root)
     status = {r.id: r.status for r in fresh.list_runs()}
-    if store_mod._process_start(os.getppid()):  # /proc available: reuse is detectable
+    if run_writer.process_start(os.getppid()):  # /proc available: reuse is detectable
         assert status[reused] == "interrupted"
-    if store_mod._boot_id():
+    if run_writer.boot_id():
         assert status[rebooted] == "interrupted"
     assert status[remote] == "running"  # cannot be judged from here
     assert status[unknown] == "running"

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 
 from neuron_studio.device.emulator import runtime, tensor
+from neuron_studio.device.emulator.device_ordinals import check_index
+from neuron_studio.device.emulator.storage import host_storage
 from neuron_studio.device.emulator.tensor import NeuronTensor
 
 __all__ = ["register_emulator"]
@@ -40,7 +42,7 @@ def _index_of(device: Any) -> int:
     if device is None:
         return runtime.current_device()
     d = torch.device(device)
-    return tensor.check_index(d.index)
+    return check_index(d.index)
 
 
 # -- PrivateUse1 kernels: the ops C++ calls on a neuron device before any neuron tensor exists --------
@@ -59,7 +61,7 @@ def _inner(t: torch.Tensor) -> torch.Tensor:
         return t._elem
     if t.device.type == "neuron":
         # a plain tensor over a neuron storage (storage-level copies): alias the host memory behind it
-        host = tensor.host_storage(t.untyped_storage())
+        host = host_storage(t.untyped_storage())
         return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
     return t
 

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from neuron_studio.device import events as ev
-from neuron_studio.device.emulator.tensor import check_index, current_device, set_current_device
+from neuron_studio.device.emulator.device_ordinals import check_index, current_device, set_current_device
 
 __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device", "synchronize",

@@ -11,15 +11,24 @@ import dataclasses
 import sys
 import threading
 import time
-import weakref
 
 import torch
-from torch.utils.flop_counter import flop_registry
 
 from neuron_studio.device import events as ev
 from neuron_studio.device.coverage import op_coverage
 from neuron_studio.device.emulator.attention import ATTENTION_RECORD_EXTRA, SPECIAL_OPS
+from neuron_studio.device.emulator.compile_write_back import host_copy, write_back
+from neuron_studio.device.emulator.device_ordinals import check_index, set_device_count
 from neuron_studio.device.emulator.memory import MemoryTracker
+from neuron_studio.device.emulator.op_event_fields import (
+    backward_tags,
+    cache_dtype_names,
+    describe,
+    dtype_name,
+    flops,
+)
+from neuron_studio.device.emulator.op_kinds import COPY_OPS, DATA_DEPENDENT_OPS, INDEX_OPS
+from neuron_studio.device.emulator.storage import device_storage, host_storage
 
 __all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
 
@@ -30,40 +39,6 @@ _Tensor = torch.Tensor
 _make_wrapper = torch.Tensor._make_wrapper_subclass
 _UntypedStorage = torch.UntypedStorage
 aten = torch.ops.aten
-
-# Ops that legitimately mix host and device tensors (copies between them).
-_COPY_OPS = frozenset(
-    {
-        aten.copy_.default,
-        aten.copy.default,  # a traced graph's functional form of copy_ (see _write_back)
-        aten._to_copy.default,
-        aten._copy_from.default,
-        aten._copy_from_and_resize.default,
-        aten.set_.source_Tensor,
-        aten.lift_fresh.default,
-    }
-)
-# Ops whose index arguments may stay on the host, as CUDA allows.
-_INDEX_OPS = frozenset(
-    {
-        aten.index.Tensor,
-        aten.index_put_.default,
-        aten.index_put.default,
-        aten._index_put_impl_.default,
-    }
-)
-# Ops whose output shape depends on tensor values: the host must wait for the device.
-_DATA_DEPENDENT = frozenset(
-    {
-        aten.nonzero.default,
-        aten.masked_select.default,
-        aten._unique2.default,
-        aten.unique_dim.default,
-        aten.unique_consecutive.default,
-        aten._unique.default,
-        aten.repeat_interleave.Tensor,
-    }
-)
 
 _state = threading.local()
 # op -> fn(func, uargs, kwargs, out) -> OpEvent fields to set (collectives); filled by emulator.distributed.install()
@@ -197,28 +172,6 @@ def raise_quantized_unsupported(*_args: object, **_kwargs: object) -> None:
     )
 
 
-def device_storage(host: torch.UntypedStorage, device: torch.device) -> torch.UntypedStorage:
-    """A neuron-device storage aliasing `host` (one per host storage, kept alive by its users)."""
-    cached = getattr(host, "_neuron_storage", None)
-    found = cached() if cached is not None else None
-    if found is None or found.data_ptr() != host.data_ptr() or found.nbytes() != host.nbytes():
-        found = torch._C._construct_storage_from_data_pointer(host.data_ptr(), device, host.nbytes())
-        found._neuron_host = host  # the device storage owns no memory: keep the host's alive
-        host._neuron_storage = weakref.ref(found)
-    return found
-
-
-def host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
-    """The CPU storage behind a neuron storage from `device_storage` (for set_)."""
-    host = getattr(storage, "_neuron_host", None)
-    if host is None:
-        raise RuntimeError(
-            "neuron: this storage was not obtained from a neuron tensor (Tensor.untyped_storage()); the emulated "
-            "device can only re-use storages of existing neuron tensors"
-        )
-    return host
-
-
 _FAKE = torch._C._TorchDispatchModeKey.FAKE
 _PROXY = torch._C._TorchDispatchModeKey.PROXY
 
@@ -233,7 +186,7 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
 
     A traced tensor on the neuron device that is not a NeuronTensor (see below) is copied to the host
     side; each (original, copy) pair is appended to `traced` so that writes into the copy can be carried
-    back (`_write_back`).
+    back (`write_back`).
     """
     out = []
     index = -1
@@ -260,7 +213,7 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
                     else:
                         if isinstance(x, _Tensor):
                             if x.device.type == DEVICE_TYPE:
-                                x = _host_copy(x, traced)
+                                x = host_copy(x, traced)
                             elif x.dim() > 0:
                                 host = True
                         inner.append(x)
@@ -275,7 +228,7 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
                     index = a._nidx
                 a = a._elem
             elif a.device.type == DEVICE_TYPE:
-                a = _host_copy(a, traced)  # its data lives on the host side of the emulator, like every _elem
+                a = host_copy(a, traced)  # its data lives on the host side of the emulator, like every _elem
             elif a.dim() > 0:
                 host = True
             out.append(a)
@@ -284,53 +237,6 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
         else:
             out.append(a)
     return out, index, host
-
-
-def _host_copy(t: torch.Tensor, traced: list | None) -> torch.Tensor:
-    c = t.to(_CPU)
-    if traced is not None:
-        traced.append((t, c))
-    return c
-
-
-_WRITTEN: dict = {}  # op -> (positional indices, keyword names) of the arguments its schema writes to
-
-
-def _written_args(func) -> tuple[tuple[int, ...], tuple[str, ...]]:  # noqa: ANN001
-    found = _WRITTEN.get(func)
-    if found is None:
-        pos, names = [], []
-        for i, a in enumerate(func._schema.arguments):
-            if a.alias_info is not None and a.alias_info.is_write:
-                pos.append(i)
-                names.append(a.name)
-        found = _WRITTEN[func] = (tuple(pos), tuple(names))
-    return found
-
-
-def _write_back(func, traced: list, uargs: list, kw: dict) -> None:  # noqa: ANN001
-    """Carry an op's writes into host copies of traced neuron tensors back to the tensors themselves.
-
-    While torch.compile traces, a factory such as `torch.zeros(..., device="neuron")` gives a plain
-    fake tensor on the neuron device, not a NeuronTensor. An op mixing it with NeuronTensors reaches
-    `__torch_dispatch__`, which runs the op on a host copy of it; for an in-place or out= op the write
-    must land in the original, or the traced graph silently drops it (`out[:, 0] = x` left `out` zero).
-    """
-    positions, names = _written_args(func)
-    if not positions:
-        return
-    written = []
-    for i, name in zip(positions, names):
-        v = uargs[i] if i < len(uargs) else kw.get(name)
-        if isinstance(v, (list, tuple)):
-            written.extend(v)
-        elif v is not None:
-            written.append(v)
-    for orig, copy in traced:
-        if any(copy is w for w in written):
-            if orig.shape != copy.shape:
-                orig.resize_(copy.shape)
-            orig.copy_(copy)
 
 
 def _raise_mixed(first: str, second: str, func=None) -> None:  # noqa: ANN001
@@ -372,8 +278,8 @@ def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
             host = host or khost
     else:
         target = None
-    if host and index >= 0 and func not in _COPY_OPS:
-        if func in _INDEX_OPS:
+    if host and index >= 0 and func not in COPY_OPS:
+        if func in INDEX_OPS:
             pass
         else:
             _raise_mixed(f"{DEVICE_TYPE}:{index}", "cpu", func.name())
@@ -464,33 +370,11 @@ def _dispatch_traced(func, args, kwargs, uargs, kw, target: int, traced: list): 
         return args[0].copy_(uargs[1], *uargs[2:])
     impl = SPECIAL_OPS.get(func, func)
     out = impl(*uargs, **kw) if kw else impl(*uargs)
-    _write_back(func, traced, uargs, kw)
+    write_back(func, traced, uargs, kw)
     return _rewrap(out, args, uargs, kwargs, target, traced)
 
 
 # ------------------------------------------------------------------------------------------ recording
-def _dtype_name(dt: torch.dtype) -> str:
-    return _DTYPE_NAMES.get(dt) or str(dt).removeprefix("torch.")
-
-
-_DTYPE_NAMES: dict[torch.dtype, str] = {}
-
-
-def _describe(values) -> tuple[tuple, tuple]:  # noqa: ANN001
-    shapes = []
-    dtypes = []
-    for v in values:
-        if isinstance(v, _Tensor):
-            shapes.append(tuple(v.shape))
-            dtypes.append(_dtype_name(v.dtype))
-        elif isinstance(v, (list, tuple)) and v and isinstance(v[0], _Tensor):
-            for x in v:
-                if isinstance(x, _Tensor):
-                    shapes.append(tuple(x.shape))
-                    dtypes.append(_dtype_name(x.dtype))
-    return tuple(shapes), tuple(dtypes)
-
-
 _SKIP_DIRS: tuple[str, ...] = ()
 
 
@@ -506,16 +390,6 @@ def user_source(depth: int = 3) -> str | None:
             return f"{fn}:{f.f_lineno}"
         f = f.f_back
     return None
-
-
-def _flops(func, uargs, kw, out) -> int:  # noqa: ANN001
-    fn = flop_registry.get(func._overloadpacket)
-    if fn is None:
-        return 0
-    try:
-        return int(fn(*uargs, **kw, out_val=out))
-    except Exception:  # flop formulas reject some argument forms; a missing count is not an error
-        return 0
 
 
 def _dispatch_recorded(func, args, kwargs):  # noqa: ANN001, ANN202
@@ -540,8 +414,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     bus = _bus
     name = func._schema.name
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    in_shapes, in_dtypes = _describe(uargs)
-    out_shapes, out_dtypes = _describe(outs)
+    in_shapes, in_dtypes = describe(uargs)
+    out_shapes, out_dtypes = describe(outs)
     sync = None
     transfer = None
     transfer_bytes = 0
@@ -549,14 +423,14 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         sync = ev.SYNC_ITEM
         transfer = ev.TRANSFER_D2H  # one element copied to the host
         transfer_bytes = uargs[0].element_size() if uargs and isinstance(uargs[0], _Tensor) else 0
-    elif func in _DATA_DEPENDENT:
+    elif func in DATA_DEPENDENT_OPS:
         sync = ev.SYNC_DATA_DEPENDENT
     elif func is aten.index.Tensor and any(
         isinstance(i, _Tensor) and i.dtype == torch.bool for i in (uargs[1] if len(uargs) > 1 else ())
     ):
         sync = ev.SYNC_DATA_DEPENDENT
     in_graph = in_graph or bus.current_graph >= 0
-    if func in _COPY_OPS and not in_graph:  # inside a compiled graph every tensor is on the device
+    if func in COPY_OPS and not in_graph:  # inside a compiled graph every tensor is on the device
         src_dev, dst_dev = _copy_direction(func, args, kw, target)
         if src_dev != dst_dev:
             transfer = ev.TRANSFER_D2H if dst_dev == "cpu" else ev.TRANSFER_H2D
@@ -571,7 +445,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         tags = tags + ("deterministic",)
     if torch._C._current_graph_task_id() != -1:
         # the forward op's autograd sequence number lets the profiler name its module and source line
-        tags = tags + _backward_tags()
+        tags = tags + backward_tags()
     elif torch.is_grad_enabled():
         # autograd numbered this op's backward node before dispatching to us: the counter is one past it
         tags = tags + (f"seq={torch._C._autograd._get_sequence_nr() - 1}",)
@@ -590,7 +464,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         input_dtypes=in_dtypes,
         output_shapes=out_shapes,
         output_dtypes=out_dtypes,
-        flops=_flops(func, uargs, kw, out),
+        flops=flops(func, uargs, kw, out),
         is_view=func.is_view,
         is_inplace=func._schema.is_mutable,
         sync=sync,
@@ -607,16 +481,6 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         fields["tags"] = event.tags + tuple(fields.get("tags", ()))
         event = dataclasses.replace(event, **fields)
     bus.publish(event)
-
-
-def _backward_tags() -> tuple[str, ...]:
-    # runs on the autograd engine's thread, where an exception would abort the process: never raise
-    try:
-        node = torch._C._current_autograd_node()
-        seq = node._sequence_nr() if node is not None else None
-    except Exception:  # noqa: BLE001 - some nodes (hooks, custom functions) carry no sequence number
-        seq = None
-    return ("backward", f"fwd_seq={seq}") if isinstance(seq, int) else ("backward",)
 
 
 def record_op(func, args, kwargs, out, t0: int, t1: int, index: int) -> None:  # noqa: ANN001
@@ -654,7 +518,7 @@ def _record_marker(name: str, t: NeuronTensor, sync: str) -> None:
             thread=threading.get_ident(),
             device_index=t._nidx,
             input_shapes=(tuple(t.shape),),
-            input_dtypes=(_dtype_name(t.dtype),),
+            input_dtypes=(dtype_name(t.dtype),),
             output_shapes=(),
             output_dtypes=(),
             sync=sync,
@@ -681,46 +545,17 @@ class _quiet:
 _bus: ev.EventBus = None  # type: ignore[assignment]  # set by configure(); the device registry owns it
 _memory: MemoryTracker = None  # type: ignore[assignment]
 _DEVICES: list[torch.device] = []
-_count = 0
 
 
 def configure(bus: ev.EventBus, memory: MemoryTracker, device_count: int, skip_dirs: tuple[str, ...]) -> None:
     """Bind the module to the device registry's bus and memory tracker (called once at registration)."""
-    global _bus, _memory, _DEVICES, _count, _SKIP_DIRS
+    global _bus, _memory, _DEVICES, _SKIP_DIRS
     _bus = bus
     _memory = memory
-    _count = device_count
+    set_device_count(device_count)
     _DEVICES = [torch.device(DEVICE_TYPE, i) for i in range(device_count)]
     _SKIP_DIRS = skip_dirs
-    for dt in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32,
-               torch.int8, torch.uint8, torch.bool, torch.int16, torch.complex64, torch.float8_e4m3fn,
-               torch.float8_e5m2):
-        _DTYPE_NAMES[dt] = str(dt).removeprefix("torch.")
-
-
-_current = threading.local()  # this thread's current neuron device (torch.neuron.set_device)
-
-
-def current_device() -> int:
-    """This thread's current neuron device ordinal (0 until `set_current_device`)."""
-    return getattr(_current, "index", 0)
-
-
-def set_current_device(index: int) -> None:
-    """Make `index` (already validated by `check_index`) this thread's current neuron device."""
-    _current.index = index
-
-
-def check_index(index: int | None) -> int:
-    """Validate a device ordinal the way CUDA does, naming how many devices exist."""
-    if index is None:
-        return current_device()
-    if index < 0 or index >= _count:
-        raise RuntimeError(
-            f"neuron: invalid device ordinal {index}: this (emulated) chip has {_count} logical NeuronCores "
-            f"(valid: neuron:0 .. neuron:{_count - 1}); see neuron_studio.device.info()"
-        )
-    return index
+    cache_dtype_names()
 
 
 def wrap(t: torch.Tensor, index: int = 0) -> NeuronTensor:
