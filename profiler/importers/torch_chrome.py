@@ -5,7 +5,7 @@ inputs. String tests run once per distinct name or category, then broadcast thro
 What the events mean across kineto generations (categories, op names vs wrapper nodes, rank identity, the
 clock base) is in `neuron_studio.profiler.kineto`. Times are integer nanoseconds from the first event: when
 the file's µs values are beyond float64's exact range (epoch timestamps with ns fractions), they are read
-from the decimal text (`profiler.timestamps`). Steps are `ProfilerStep#N` windows on the CPU; an op belongs
+from the decimal text (`profiler.timebase`). Steps are `ProfilerStep#N` windows on the CPU; an op belongs
 to the window holding its start on any thread of its process (backward-thread ops included). GPU activity
 keeps the args the analyses join on (correlation, External id, stream, device, grid, block, bytes)."""
 from __future__ import annotations

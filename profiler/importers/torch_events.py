@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from neuron_studio.profiler import timestamps
+from neuron_studio.profiler import timebase
 
 __all__ = ["start_abs_ns", "needs_raw_text", "gpu_arg_columns", "port_fallbacks", "LOWERED_NAMESPACES"]
 
@@ -32,7 +32,7 @@ def needs_raw_text(doc: Any) -> bool:
         floats = [t for t in map(get_ts, events) if type(t) is float]
     except (AttributeError, TypeError):             # a non-object event: the reader names it
         return False
-    return timestamps.needs_text(np.asarray(floats, dtype=np.float64))
+    return timebase.needs_text(np.asarray(floats, dtype=np.float64))
 
 
 def start_abs_ns(ts_us: np.ndarray, events: list, phs: list, raw: bytes | None, *,
@@ -41,17 +41,17 @@ def start_abs_ns(ts_us: np.ndarray, events: list, phs: list, raw: bytes | None, 
 
     `ts_us` are the parsed values of the X events (in document order) followed by `n_paired` B/E pairs.
     Values within float64's exact range convert directly; otherwise the file's decimal text is read
-    (`timestamps.scan_us_field`), which needs the raw bytes and no B/E pairs.
+    (`timebase.scan_us_field`), which needs the raw bytes and no B/E pairs.
     """
-    if not timestamps.needs_text(ts_us):
-        return timestamps.us_to_ns(ts_us), "exact"
+    if not timebase.needs_text(ts_us):
+        return timebase.us_to_ns(ts_us), "exact"
     if raw is None or n_paired:
-        return timestamps.us_to_ns(ts_us), "float64"
+        return timebase.us_to_ns(ts_us), "float64"
     has_ts = np.fromiter((type(ev.get("ts")) in (int, float) for ev in events), dtype=bool, count=len(events))
     all_ts = np.fromiter((ev["ts"] for ev, h in zip(events, has_ts) if h), dtype=np.float64, count=int(has_ts.sum()))
-    exact = timestamps.scan_us_field(raw, "ts", all_ts)
+    exact = timebase.scan_us_field(raw, "ts", all_ts)
     if exact is None:
-        return timestamps.us_to_ns(ts_us), "float64"
+        return timebase.us_to_ns(ts_us), "float64"
     is_x = np.fromiter((p == "X" for p in phs), dtype=bool, count=len(phs))
     slot = np.cumsum(has_ts) - 1
     return exact[slot[is_x]], "exact"
