@@ -16,7 +16,7 @@ from typing import Any
 from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES
 
 __all__ = ["KernelEntry", "KernelMatch", "KernelRegistry", "get_registry", "lookup", "lookup_module",
-           "is_gated_mlp", "GATE_NAMES"]
+           "is_gated_mlp", "kernel_source", "GATE_NAMES"]
 
 _TNX_KERNELS = "torch_neuronx/python_ops/nki_kernels"
 
@@ -101,13 +101,19 @@ def _kernel_location(target: str) -> tuple[str | None, int | None]:
         obj: Any = getattr(importlib.import_module(f"{package}.{mod_name}"), func_name)
     except (ImportError, AttributeError):
         return None, None
-    func = getattr(obj, "func", None) or inspect.unwrap(obj)
+    return kernel_source(obj)
+
+
+def kernel_source(kernel: Any) -> tuple[str | None, int | None]:
+    """Absolute file and `def` line of a kernel (JitKernel, grid launch or plain function).
+
+    getsourcelines starts at the first decorator; the `def` line is reported so editors land on the function."""
+    func = getattr(kernel, "func", None) or inspect.unwrap(kernel)
     try:
         file = inspect.getsourcefile(func)
         lines, start = inspect.getsourcelines(func)
     except (OSError, TypeError):
         return None, None
-    # getsourcelines starts at the first decorator; report the `def` line so editors land on the function.
     offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def "))), 0)
     return (os.path.abspath(file) if file else None), start + offset
 

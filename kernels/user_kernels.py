@@ -9,7 +9,6 @@ with the interpreter serving those imports when the real SDK is absent. `kernel_
 from __future__ import annotations
 
 import importlib.util
-import inspect
 import os
 import sys
 import types
@@ -20,7 +19,7 @@ import torch
 
 from .execute import run
 from .interpreter import GridLaunch, JitKernel, nki_imports
-from .registry import KernelEntry, get_registry
+from .registry import KernelEntry, get_registry, kernel_source
 
 __all__ = ["load_kernel", "kernel_forward", "kernel_source"]
 
@@ -50,18 +49,6 @@ def load_kernel(path: str | os.PathLike, name: str) -> Any:
         kernels = sorted(n for n, v in vars(module).items() if isinstance(v, JitKernel))
         raise AttributeError(f"{file.name} has no kernel {name!r}; its @nki.jit kernels: {', '.join(kernels)}")
     return getattr(module, name)
-
-
-def kernel_source(kernel: Any) -> tuple[str | None, int | None]:
-    """Absolute file and `def` line of a kernel (JitKernel, grid launch or plain function)."""
-    func = getattr(kernel, "func", None) or inspect.unwrap(kernel)
-    try:
-        file = inspect.getsourcefile(func)
-        lines, start = inspect.getsourcelines(func)
-    except (OSError, TypeError):
-        return None, None
-    offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith(("def ", "async def "))), 0)
-    return (os.path.abspath(file) if file else None), start + offset
 
 
 def _op_name(kernel: Any) -> str:
