@@ -122,8 +122,9 @@ def test_04_hot_path_to_nki(run_notebook):
 @pytest.mark.slow
 def test_05_porting_checklist(run_notebook):
     r = run_notebook("05_porting_checklist.ipynb")
-    # the porting check lists the fallbacks before the fix and not after
-    assert {"aten::nonzero", "aten::_unique2"} <= set(r["fallbacks_before"])
+    # the porting check lists the fallbacks before the fix and not after; `nonzero` is a device op with a host
+    # size read (device/coverage.json provenance), so it shows under dynamic shapes, not as a fallback
+    assert "aten::_unique2" in r["fallbacks_before"] and "aten::nonzero" not in r["fallbacks_before"]
     assert r["check_before"]["fallbacks"] == "error"
     assert r["fallbacks_after"] == []
     assert r["check_after"]["fallbacks"] == "ok"

@@ -8,7 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["fmt_ns", "fmt_count", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
+from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes as _bytes
+
+__all__ = ["fmt_ns", "fmt_bytes", "fmt_count", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
 
 
 def as_number(v: Any) -> float | None:
@@ -24,6 +26,12 @@ def as_number(v: Any) -> float | None:
 
 def _shown(v: Any) -> str:
     return "–" if v is None else str(v)
+
+
+def fmt_bytes(v: Any) -> str:
+    """A byte count in binary units (the memory analysis' own formatter); a non-number is shown as it is."""
+    f = as_number(v)
+    return _shown(v) if f is None else _bytes(f)
 
 
 def fmt_ns(ns: Any) -> str:

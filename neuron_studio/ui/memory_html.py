@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
-from neuron_studio.ui.formatting import as_number
+from neuron_studio.ui.formatting import as_number, fmt_bytes
 
 __all__ = ["CATEGORY_COLORS", "CATEGORY_LABELS", "memory_view", "memory_line", "fmt_bytes"]
 

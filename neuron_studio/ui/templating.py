@@ -13,9 +13,8 @@ from typing import Any, Callable
 from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
-from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
 from neuron_studio.ui.formatting import (
-    as_number, basename, fmt_count, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
+    as_number, basename, fmt_bytes, fmt_count, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
 )
 
 __all__ = ["render_template", "css", "ENGINE_COLORS"]
