@@ -124,7 +124,7 @@ class _ModuleTracker:
             return
         path = self.stack.pop()
         if self.memory is not None:
-            self.memory.module_post(path, output)
+            self.memory.module_post(module, path, output)
         self._mark("forward")
 
     def opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:

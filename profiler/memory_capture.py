@@ -8,7 +8,9 @@ then one row per allocation or free).
 
 Each storage gets one category, the first that applies:
 
-  parameter        a module's parameter or buffer (module forward pre-hook)
+  parameter        a module's parameter or buffer (module forward pre-hook); under FSDP2 also the sharded
+                   parameter's local shard and the unsharded parameter gathered for the module's forward
+                   (read in the forward post-hook, before FSDP2 reshards)
   gradient         the `.grad` of a parameter (optimizer.step pre-hook, and at the end of the capture)
   optimizer_state  a tensor in `optimizer.state` (optimizer.step post-hook)
   input            a tensor passed to the outermost module's forward, copied to the device in the step, or
@@ -16,6 +18,11 @@ Each storage gets one category, the first that applies:
                    and any other tensor the program keeps on the device)
   activation       saved for backward (autograd's saved-tensors pack hook)
   temporary        everything else (intermediates, the loss, gradients of activations)
+
+A storage FSDP2 frees by resizing it to 0 bytes and gathers again later is logged as a new allocation
+each time (the allocator's `MemoryLog.renewed` links them); every allocation of one storage gets the
+category learned for any of them (the parameter gathered for the backward pass is the one gathered for the
+forward pass).
 
 Real Trainium: TorchNeuron exposes `torch.neuron.memory_allocated()` / `max_memory_allocated()` /
 `memory_stats()` but no per-allocation hook the studio can subscribe to; `real_capture` records the
@@ -49,6 +56,7 @@ class MemoryRecorder:
         self.described: dict[int, tuple[Any, tuple]] = {}  # storage -> (dtype, shape) of a tensor seen on it
         self._param_names: dict[int, str] = {}  # id(parameter tensor) -> qualified name
         self._seen_modules: set[int] = set()
+        self._sharded_modules: set[int] = set()  # modules whose parameters are DTensors (FSDP2)
         self._optimizers: dict[int, Any] = {}
         self._params: dict[int, Any] = {}
         self._hooks = None
@@ -83,6 +91,7 @@ class MemoryRecorder:
         self._optimizers.clear()
         self._param_names.clear()
         self._seen_modules.clear()
+        self._sharded_modules.clear()
 
     # -- observations (called by the capture's module and optimizer hooks) -----------------------
     def _note(self, t: Any, category: str, name: str | None = None) -> None:
@@ -113,6 +122,8 @@ class MemoryRecorder:
                 self._params.setdefault(id(p), p)
                 self._param_names.setdefault(id(p), name)
                 self._note(p, "parameter", self._param_names[id(p)])
+                if hasattr(p, "_local_tensor"):
+                    self._sharded_modules.add(id(module))
             for name, b in module.named_buffers(prefix=path):
                 self._note(b, "parameter", name)
         if outermost:  # inputs unless made inside a module (logits passed to a loss module are not)
@@ -121,9 +132,12 @@ class MemoryRecorder:
                 if sid is not None:
                     self.input_candidates.add(sid)
 
-    def module_post(self, path: str, output: Any) -> None:
+    def module_post(self, module: torch.nn.Module, path: str, output: Any) -> None:
         if self.tracker is None:
             return
+        if id(module) in self._sharded_modules:  # FSDP2 has not resharded yet: these are the gathered ones
+            for name, p in module.named_parameters(prefix=path):
+                self._note(p, "parameter", name)
         for t in _tensors(output):
             sid = self.tracker.storage_id(t)
             if sid is not None:
@@ -167,6 +181,28 @@ def _tensors(obj: Any, depth: int = 0) -> list[torch.Tensor]:
     if isinstance(obj, dict):
         return [t for x in obj.values() for t in _tensors(x, depth + 1)]
     return []
+
+
+def _share_within_storages(rec: MemoryRecorder, renewed: dict[int, int]) -> None:
+    """Allocations of one storage (re-allocated by a resize; `renewed`: alloc_id -> the first one) share the
+    category (the first in CATEGORIES order learned for any of them), name and dtype/shape."""
+    families: dict[int, list[int]] = {}
+    for aid, root in renewed.items():
+        families.setdefault(root, [root]).append(aid)
+    for members in families.values():
+        cats = [rec.category[a] for a in members if a in rec.category]
+        if cats:
+            best = min(cats, key=_RANK.__getitem__)
+            name = next((rec.names[a] for a in members if rec.category.get(a) == best and a in rec.names),
+                        next((rec.names[a] for a in members if a in rec.names), None))
+            for a in members:
+                rec.category[a] = best
+                if name is not None:
+                    rec.names[a] = name
+        described = next((rec.described[a] for a in members if a in rec.described), None)
+        if described is not None:
+            for a in members:
+                rec.described.setdefault(a, described)
 
 
 def memory_frame(rec: MemoryRecorder, ops: pd.DataFrame, *, step_times: list[int], warmup: int,
@@ -224,6 +260,9 @@ def memory_frame(rec: MemoryRecorder, ops: pd.DataFrame, *, step_times: list[int
     for aid, _, _ in (log.baseline if log is not None else []):
         if rec.category.get(aid) not in ("parameter", "gradient", "optimizer_state"):
             rec.category[aid] = "input"
+
+    if log is not None and log.renewed:
+        _share_within_storages(rec, log.renewed)
 
     # -- the live set when the profiled steps begin ----------------------------------------------
     first = int(np.searchsorted(steps, warmup, side="left")) if warmup else 0

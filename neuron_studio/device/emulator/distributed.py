@@ -110,44 +110,8 @@ def _unwrap_deep(a: Any) -> Any:
     return a
 
 
-# -- FSDP2 frees and re-allocates unsharded parameters by resizing their storage. A wrapper tensor's own
-# storage holds no data (resizing it raises), so for neuron tensors the resize goes to `_elem`'s storage.
-_FSDP_PATCHED = False
-
-
-def _neuron_aware(fn: Callable[[torch.Tensor], None]) -> Callable[[torch.Tensor], None]:
-    from neuron_studio.device.emulator.tensor import NeuronTensor
-
-    def storage_op(tensor: torch.Tensor) -> None:
-        fn(tensor._elem if type(tensor) is NeuronTensor else tensor)
-
-    storage_op.__name__ = fn.__name__
-    storage_op.__wrapped__ = fn  # type: ignore[attr-defined]
-    return storage_op
-
-
-def _patch_fsdp_storage() -> None:
-    """Route FSDP2's alloc_storage/free_storage of neuron tensors to their CPU data (once FSDP2 is loaded)."""
-    global _FSDP_PATCHED
-    import sys
-
-    param = sys.modules.get("torch.distributed.fsdp._fully_shard._fsdp_param")
-    if param is None or _FSDP_PATCHED:
-        return
-    _FSDP_PATCHED = True
-    for mod_name in ("torch.distributed.fsdp._fully_shard._fsdp_param",
-                     "torch.distributed.fsdp._fully_shard._fsdp_param_group"):
-        mod = sys.modules.get(mod_name)
-        for fn_name in ("alloc_storage", "free_storage"):
-            fn = getattr(mod, fn_name, None) if mod is not None else None
-            if fn is not None and not hasattr(fn, "__wrapped__"):
-                setattr(mod, fn_name, _neuron_aware(fn))
-
-
 def _impl_for(op: Any) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
-        if not _FSDP_PATCHED:
-            _patch_fsdp_storage()
         args = tuple(_unwrap_deep(a) for a in args)
         kwargs = {k: _unwrap_deep(v) for k, v in kwargs.items()}
         return op(*args, **kwargs)
@@ -303,7 +267,6 @@ def install() -> bool:
                 hook.setdefault(op, collective_fields)
         _map_backend()
         _add_stream_api()
-        _patch_fsdp_storage()
         _INSTALLED = True
         return True
 

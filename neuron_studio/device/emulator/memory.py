@@ -4,6 +4,12 @@ A storage is counted once however many wrappers (views, aliases) share it, and r
 wrapper dies. That is what `torch.neuron.memory_allocated()` reports, like CUDA's caching allocator
 reports bytes in live tensors (there is no cache here, so reserved == allocated).
 
+A storage can also be resized in place (`storage.resize_`): FSDP2 frees an unsharded parameter by resizing
+its storage to 0 bytes after use and re-allocates it by resizing it back before the next use, while the
+parameter tensor itself stays alive. `resized` hears of it: a resize to 0 is a free (the storage is parked,
+still owned by its wrappers, and counts nothing), a resize back is a new allocation of the same storage
+(under its new data pointer, with a new allocation id, so nothing is counted twice).
+
 While a `MemoryLog` is open (the profiler opens one per capture), every allocation and free is also
 appended to it, in the order the tracker counts them, so a profile can replay exactly the figures
 `memory_allocated()` / `max_memory_allocated()` report. With no log open the hooks cost one attribute test.
@@ -43,6 +49,8 @@ class MemoryLog:
         self._seq_source = seq_source  # an object with `last_seq` (the device's event bus)
         self.records: list[tuple] = []
         self.baseline: list[tuple[int, int, int]] = []  # (alloc_id, device, nbytes) live when opened
+        # storages re-allocated by a resize while the log was open: alloc_id -> the storage's first alloc_id
+        self.renewed: dict[int, int] = {}
         self.closed = False
 
     def _append(self, kind: int, alloc_id: int, device: int, nbytes: int, elem: torch.Tensor | None) -> None:
@@ -65,9 +73,11 @@ class MemoryLog:
 @dataclass
 class MemoryTracker:
     devices: list[DeviceMemory] = field(default_factory=list)
-    # (device, data_ptr) -> [refs, nbytes, alloc_id]
+    # (device, data_ptr) -> [refs, nbytes, alloc_id, this key, None]
     _storages: dict[tuple[int, int], list] = field(default_factory=dict)
-    _refs: dict = field(default_factory=dict)  # id(weakref to a wrapper's data) -> (the weakref, its storage key)
+    # (device, storage identity) -> [refs, 0, alloc_id, None, its key here]: storages resized to 0 bytes
+    _parked: dict[tuple[int, int], list] = field(default_factory=dict)
+    _refs: dict = field(default_factory=dict)  # id(weakref to a wrapper's data) -> (the weakref, its entry)
     _logs: tuple = ()
     _next_id: int = 0
 
@@ -82,45 +92,78 @@ class MemoryTracker:
             key = (index, st.data_ptr())
         except RuntimeError:  # fake/functional tensors while torch.compile traces: no memory to count
             return
-        if key[1] == 0:
-            return
-        entry = self._storages.get(key)
-        if entry is None:
-            nbytes = st.nbytes()
-            self._next_id += 1
-            self._storages[key] = [1, nbytes, self._next_id]
-            d = self.devices[index]
-            d.allocated += nbytes
-            d.num_allocs += 1
-            if d.allocated > d.peak:
-                d.peak = d.allocated
-            if self._logs:
-                for log in self._logs:
-                    log._append(ALLOC, self._next_id, index, nbytes, elem)
-        else:
+        if key[1] == 0:  # no memory; a storage FSDP2 freed by resizing it is still owned by this tensor
+            entry = self._parked.get((index, st._cdata)) if self._parked else None
+            if entry is None:
+                return
             entry[0] += 1
+        else:
+            entry = self._storages.get(key)
+            if entry is None:
+                entry = self._storages[key] = [1, 0, 0, key, None]
+                self._allocate(entry, index, st.nbytes(), elem)
+            else:
+                entry[0] += 1
         # weakref on the CPU data, not the wrapper: torch.utils.swap_tensors refuses tensors with weakrefs.
         # Keyed by the weakref's id: weakrefs compare by their referents, and tensors do not compare to a bool.
         ref = weakref.ref(elem, self._release)
-        self._refs[id(ref)] = (ref, key)
+        self._refs[id(ref)] = (ref, entry)
+
+    def _allocate(self, entry: list, index: int, nbytes: int, elem: torch.Tensor | None) -> None:
+        self._next_id += 1
+        entry[1] = nbytes
+        entry[2] = self._next_id
+        d = self.devices[index]
+        d.allocated += nbytes
+        d.num_allocs += 1
+        if d.allocated > d.peak:
+            d.peak = d.allocated
+        if self._logs:
+            for log in self._logs:
+                log._append(ALLOC, self._next_id, index, nbytes, elem)
+
+    def _free(self, entry: list, index: int) -> None:
+        d = self.devices[index]
+        d.allocated -= entry[1]
+        d.num_frees += 1
+        if self._logs:
+            for log in self._logs:
+                log._append(FREE, entry[2], index, entry[1], None)
 
     def _release(self, ref: weakref.ref) -> None:
         item = self._refs.pop(id(ref), None)
         if item is None:
             return
-        key = item[1]
-        entry = self._storages.get(key)
-        if entry is None:
-            return
+        entry = item[1]
         entry[0] -= 1
-        if entry[0] <= 0:
-            del self._storages[key]
-            d = self.devices[key[0]]
-            d.allocated -= entry[1]
-            d.num_frees += 1
-            if self._logs:
-                for log in self._logs:
-                    log._append(FREE, entry[2], key[0], entry[1], None)
+        if entry[0] > 0:
+            return
+        if entry[3] is not None:  # live
+            del self._storages[entry[3]]
+            self._free(entry, entry[3][0])
+        else:  # parked: its bytes were freed when it was resized to 0
+            self._parked.pop(entry[4], None)
+
+    def resized(self, index: int, storage: torch.UntypedStorage, old_ptr: int) -> None:
+        """`storage` (the CPU storage of neuron tensors on device `index`) was just resized in place; it had
+        data pointer `old_ptr` before. Free, re-allocate or re-size its entry so the count follows."""
+        new_ptr, nbytes = storage.data_ptr(), storage.nbytes()
+        pkey = (index, storage._cdata)
+        entry = self._storages.pop((index, old_ptr), None) if old_ptr else self._parked.pop(pkey, None)
+        if entry is None:  # not a storage of a live neuron tensor (or one never counted): nothing to follow
+            return
+        if entry[3] is not None:  # it was live: its old bytes are gone
+            self._free(entry, index)
+        if new_ptr == 0:
+            entry[1], entry[3], entry[4] = 0, None, pkey
+            self._parked[pkey] = entry
+            return
+        old_id = entry[2]
+        entry[3], entry[4] = (index, new_ptr), None
+        self._storages[entry[3]] = entry
+        self._allocate(entry, index, nbytes, None)
+        for log in self._logs:
+            log.renewed[entry[2]] = log.renewed.get(old_id, old_id)
 
     def reset_peak(self, index: int) -> None:
         d = self.devices[index]
@@ -138,11 +181,13 @@ class MemoryTracker:
         self._logs = tuple(x for x in self._logs if x is not log)
 
     def storage_id(self, t: Any) -> int | None:
-        """The allocation id of the storage behind neuron tensor `t` (None: not a tracked neuron tensor)."""
+        """The allocation id of the storage behind neuron tensor `t` (None: not a tracked neuron tensor). A
+        DTensor (FSDP2's sharded parameters, gradients and optimizer state) answers for its local shard."""
         elem = getattr(t, "_elem", None)
         index = getattr(t, "_nidx", None)
         if elem is None or index is None:
-            return None
+            local = getattr(t, "_local_tensor", None)
+            return self.storage_id(local) if isinstance(local, torch.Tensor) else None
         try:
             entry = self._storages.get((index, elem.untyped_storage().data_ptr()))
         except RuntimeError:

@@ -14,7 +14,7 @@ import torch
 
 from neuron_studio.device.emulator import runtime, tensor
 from neuron_studio.device.emulator.device_ordinals import check_index
-from neuron_studio.device.emulator.storage import host_storage
+from neuron_studio.device.emulator.storage import host_storage, resize_device_storage
 from neuron_studio.device.emulator.tensor import NeuronTensor
 
 __all__ = ["register_emulator"]
@@ -272,6 +272,22 @@ def _package_dirs(root: str, subpackages: tuple[str, ...]) -> list[str]:
     return dirs
 
 
+def _route_storage_resize() -> None:
+    """`storage.resize_` of a neuron tensor's storage (FSDP2's free/re-gather of unsharded parameters) resizes
+    the CPU storage behind it and is counted by the allocator; every other storage resizes as before."""
+    base = torch._C.StorageBase.resize_
+    if getattr(torch.UntypedStorage.__dict__.get("resize_"), "_neuron_route", False):
+        return
+
+    def resize_(self, size):  # noqa: ANN001, ANN202
+        if getattr(self, "_neuron_host", None) is None:
+            return base(self, size)
+        return resize_device_storage(self, size, runtime._reg().memory)
+
+    resize_._neuron_route = True  # type: ignore[attr-defined]
+    torch.UntypedStorage.resize_ = resize_
+
+
 def _guard_storage_allocation() -> None:
     """`torch.UntypedStorage(n, device="neuron")` (and `storage.clone()` on neuron) asks torch's C++ allocator
     for the device, which a Python-only backend cannot register: it would crash the process. Raise instead."""
@@ -313,3 +329,4 @@ def register_emulator(registry: Any) -> None:
 
     install_lazy_parameters()
     _guard_storage_allocation()
+    _route_storage_resize()

@@ -1,0 +1,124 @@
+"""Device memory under sharding (issue 20): storages resized in place (FSDP2's free and re-gather of
+unsharded parameters) are counted by the emulator's allocator, and a profile captured under FSDP2 replays
+exactly what the allocator reports, with its parameters, gradients and optimizer state recognised.
+"""
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from neuron_studio.profiler.analysis.memory import CATEGORIES
+from neuron_studio.profiler.capture import Capture
+
+D, B = 64, 8
+W = D * D * 4  # one Linear(D, D, bias=False) weight, float32
+A = B * D * 4  # one (B, D) float32 activation
+
+
+def test_a_storage_resized_to_zero_is_freed_and_resized_back_is_allocated_once() -> None:
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    with Capture(host_events=False) as cap:
+        t = torch.empty(1000, device="neuron")
+        assert torch.neuron.memory_allocated() == base + 4000
+        st = t.untyped_storage().resize_(0)
+        assert st.nbytes() == 0 and st.device.type == "neuron"
+        assert torch.neuron.memory_allocated() == base  # a resize to 0 is a free
+        alias = t.detach()  # a tensor made while the storage holds nothing still owns it
+        del t
+        gc.collect()
+        alias.untyped_storage().resize_(4000)
+        assert torch.neuron.memory_allocated() == base + 4000  # a resize back is an allocation
+        assert torch.equal(alias.cpu() * 0, torch.zeros(1000))  # and the tensor reads the new memory
+        alias.untyped_storage().resize_(8000)  # a live storage re-sized: its new size, counted once
+        assert torch.neuron.memory_allocated() == base + 8000
+        kept = alias[:10] * 2
+        del alias
+        gc.collect()
+        assert torch.neuron.memory_allocated() == base + 40  # the last owner freed it (nothing counted twice)
+        del kept
+        gc.collect()
+        cap.step()
+    assert torch.neuron.memory_allocated() == base
+    assert torch.neuron.max_memory_allocated() == base + 8040  # the 8000-byte storage and the 40-byte product
+    prof = cap.profile
+    assert prof.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated()
+    tl = prof.memory_timeline()
+    assert int(tl["total_bytes"].iloc[-1]) == base
+    assert (tl[list(CATEGORIES)].sum(axis=1) == tl["total_bytes"]).all()
+
+
+@pytest.fixture
+def one_rank_group(tmp_path: Path):  # noqa: ANN201
+    import torch.distributed as dist
+
+    from neuron_studio.device.emulator import distributed
+
+    assert distributed.install()
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fsdp2_frees_and_regathers_are_counted_exactly(one_rank_group: None) -> None:
+    """Three Linear(D, D) FSDP2 units (one rank, AdamW): the allocator's figures at each point of a steady-state
+    step follow from the sizes alone, and the captured profile replays them with the right categories."""
+    from torch.distributed.fsdp import fully_shard
+
+    gc.collect()
+    before = torch.neuron.memory_allocated()
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(D, D, bias=False) for _ in range(3)]).to("neuron")
+    for layer in model:
+        fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(B, D).to("neuron")
+    seen: list[int] = []
+    for layer in model:  # runs after FSDP2's own pre-forward hook: the unit's parameters are gathered
+        layer.register_forward_pre_hook(lambda m, a: seen.append(torch.neuron.memory_allocated()))
+
+    def step() -> None:
+        model(x).sum().backward()
+        opt.step()
+        opt.zero_grad()
+
+    step()  # warm-up: first gathers and the optimizer state
+    for _ in range(2):  # steady state: the gathered parameters are freed by resizing and gathered again
+        gc.collect()
+        base = torch.neuron.memory_allocated()
+        # between steps: sharded parameters (one rank: whole), AdamW's two states, the input; nothing gathered
+        assert base - before == 3 * W + 6 * W + A
+        seen.clear()
+        step()
+        gc.collect()
+        assert torch.neuron.memory_allocated() == base
+        # in unit i's forward: its gathered weight plus the outputs of the units before it (saved for backward)
+        assert [s - base for s in seen] == [W + i * A for i in range(3)]
+    torch.neuron.reset_peak_memory_stats()
+    with Capture(host_events=False) as cap:
+        step()
+        cap.step()
+    prof = cap.profile
+    peak = prof.memory_peak()
+    assert peak.attrs["peak_bytes"] == torch.neuron.max_memory_allocated()
+    tl = prof.memory_timeline()
+    assert (tl[list(CATEGORIES)].sum(axis=1) == tl["total_bytes"]).all()
+    assert int(tl["total_bytes"].iloc[-1]) == torch.neuron.memory_allocated()
+    start = tl[tl["event"] == "baseline"].iloc[-1]
+    assert (start["parameter"], start["optimizer_state"], start["gradient"]) == (3 * W, 6 * W, 0)
+    # one unit gathered at a time on top of the shards, and each gathered weight is a parameter again
+    assert int(tl["parameter"].max()) == 4 * W
+    assert int(tl["gradient"].max()) == 3 * W
+    mem = prof.trace.memory
+    gathered = mem[(mem["kind"] == 1) & (mem["category"] == "parameter")]
+    assert len(gathered) == 6 and (gathered["nbytes"] == W).all()  # forward and backward, each unit
+    assert set(gathered["name"]) == {f"FSDPSequential.{i}.weight" for i in range(3)}
+    assert set(gathered["dtype"]) == {"float32"}
