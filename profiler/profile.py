@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -23,7 +23,9 @@ from neuron_studio.profiler.analysis import memory_forecast as _fc
 from neuron_studio.profiler.analysis import op_table as _table
 from neuron_studio.profiler.analysis import blockers as _blockers
 from neuron_studio.profiler.analysis import roofline as _roof
+from neuron_studio.profiler.analysis import step_breakdown as _bd
 from neuron_studio.profiler.analysis import utilization as _util
+from neuron_studio.profiler.analysis import what_if as _wi
 from neuron_studio.profiler.analysis.frame import joined_ops
 from neuron_studio.profiler.display import display_layer
 from neuron_studio.profiler.display import registered as display_registered
@@ -88,6 +90,7 @@ class Profile:
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self._hot_cache: dict[tuple[float, int], list] = {}
         self._gpu_activity: pd.DataFrame | None = None
+        self._breakdown: _bd.StepBreakdown | None = None
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
 
     @classmethod
@@ -265,6 +268,90 @@ class Profile:
             self.ops, _gpu.gpu_time_per_op(act), steps=steps, gpu_step_ns=step_ns, gpu_busy_ns=busy_ns,
             trainium_step_ns=cost.step_time_ns, chip=cost.chip, trainium_price=cost.price_per_hour_usd,
             gpu=gpu_name, gpu_price=price, gpu_price_source=source, explain=explain)
+
+    def step_breakdown(self) -> _bd.StepBreakdown:
+        """Where the step time goes: engine compute (overlapped engines once), collectives, CPU fallbacks, sync
+        stalls, host<->device transfers, launch overhead and idle, adding up to the step time; per step in
+        `.per_step`; the one or two changes it implies in `.recommendations`. On an imported GPU trace the
+        measured GPU time per ProfilerStep; categories the data cannot tell are marked not determined."""
+        if self._breakdown is None:
+            self._breakdown = self._step_breakdown()
+        return self._breakdown
+
+    def _step_breakdown(self) -> _bd.StepBreakdown:
+        import dataclasses
+
+        act = self.gpu_activity()
+        if len(act):
+            return _bd.gpu_breakdown(act, _gpu.step_windows(self.trace.meta))
+        if self.hot_basis != _gaps.MODELED:
+            return _bd.unavailable_breakdown(
+                "the trace's ops were recorded without input shapes and it has no GPU activity, so neither a "
+                "modeled nor a measured device timeline exists; record with torch.profiler.profile("
+                "record_shapes=True)")
+        undetermined = {} if self.modeled_figures else _bd.MEASURED_UNDETERMINED
+        bd, rows = _bd.modeled_breakdown(
+            self.device_run.ops_frame(), self.trace.ops, steps=self.steps, step_time_ns=self.summary.step_time_ns,
+            basis="modeled device time" if self.modeled_figures else "measured device time",
+            undetermined=undetermined)
+        fb = self.cpu_fallbacks()
+        recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
+                             hot=self.hot_path() if self.modeled_figures else (),
+                             fallback_ops=fb["op"].tolist() if len(fb) else ())
+        return dataclasses.replace(bd, recommendations=recs)
+
+    def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,
+                kernels: bool | Sequence[str] = True) -> pd.DataFrame:
+        """The recorded ops re-modeled, without rerunning: each mode (eager / adaptive / compile) on each chip
+        (trn1 / trn2 / trn3), and each NKI kernel the hot path suggests swapped in (`kernels=False` for none, or
+        kernel names). Per step: modeled step time with its low/high range under the unmeasured assumptions,
+        MFU, cost per 1,000 steps, the `%%neuron` line (or kernel swap) that runs the variant for real, and
+        `basis`: how well the re-modeling is known (exact under the model, or approximate and why). The row
+        with `current` True is this profile's own figures."""
+        from neuron_studio.hardware import trainium_chips
+        from neuron_studio.profiler.vocabulary import MODES
+
+        if self.hot_basis != _gaps.MODELED:
+            raise _wi.WhatIfError("this trace's ops were recorded without input shapes, so the NeuronCore model "
+                                  "cannot re-model them; record with torch.profiler.profile(record_shapes=True)")
+        modes = tuple(modes) if modes is not None else MODES
+        chips = tuple(c.lower() for c in chips) if chips is not None else trainium_chips()
+        bad = [m for m in modes if m not in MODES] + [c for c in chips if c not in trainium_chips()]
+        if bad:
+            raise _wi.WhatIfError(f"unknown mode/chip {bad}; modes: {', '.join(MODES)}; chips: "
+                                  f"{', '.join(trainium_chips())}")
+        s, n, cost = self.summary, self.steps, self.cost()
+        own = _wi.Variant(s.mode, s.chip, self.step_time_ns,
+                          s.step_time_low_ns / n if s.step_time_high_ns > 0 else None,
+                          s.step_time_high_ns / n if s.step_time_high_ns > 0 else None, s.mfu, cost.per_1000_steps_usd)
+        saves: list[dict] = []
+        if kernels and self.modeled_figures:
+            try:
+                from neuron_studio.kernels.swap import SWAPPABLE
+                swappable: tuple[str, ...] = tuple(SWAPPABLE)
+            except ImportError:  # pragma: no cover - the kernels package ships with the studio
+                swappable = ()
+            saves = _wi.kernel_savings(self.hot_path(), n, swappable, None if kernels is True else list(kernels))
+        return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
+                                 trace_ops=self.trace.ops, model=self._remodel, kernel_savings=saves, steps=n,
+                                 warmup=self.trace.meta.get("warmup"))
+
+    def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
+        """Per-step figures of `ops` modeled in `mode` on `chip` (the model's public entry point)."""
+        from neuron_studio.profiler.model import ConfigError, ModelConfig, model_run
+
+        cfg = self.device_run.config if isinstance(self.device_run.config, ModelConfig) else ModelConfig()
+        meta = self.trace.meta
+        kw = dict(world_size=int(meta.get("world_size", 1) or 1),
+                  local_world_size=int(meta.get("local_world_size", 0) or 0) or None)
+        try:
+            run = model_run(ops, chip=chip, mode=mode, config=cfg, **kw)
+        except ConfigError:  # e.g. an LNC the other chip does not offer: that chip's default
+            run = model_run(ops, chip=chip, mode=mode, config=cfg.replace(lnc=None), **kw)
+        s, n = run.summary, self.steps
+        rng = s.step_time_high_ns > 0
+        return _wi.Variant(mode, s.chip, s.step_time_ns / n, s.step_time_low_ns / n if rng else None,
+                           s.step_time_high_ns / n if rng else None, s.mfu, s.cost_per_1000_steps_usd / n)
 
     def cpu_fallbacks(self) -> pd.DataFrame:
         return _blockers.cpu_fallbacks(self.ops)

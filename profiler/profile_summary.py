@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
 from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
@@ -127,6 +128,8 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "source": _source(meta),
         "gpu": _gpu_block(prof),
         "memory": memory_block(prof),
+        "breakdown": breakdown_block(prof),
+        "what_if": what_if_block(prof),
         "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps(),
         "provenance": _provenance(meta),
     })

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["interval_coverage", "SortedIntervals"]
+__all__ = ["interval_coverage", "union_intervals", "SortedIntervals"]
 
 
 def interval_coverage(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -21,6 +21,24 @@ def interval_coverage(edges: np.ndarray, starts: np.ndarray, ends: np.ndarray) -
         return k * edges - prefix[k]
 
     return np.diff(ramp_sum(starts) - ramp_sum(ends))
+
+
+def union_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The disjoint, sorted intervals covering the same time as [starts, ends): overlapping ones counted once."""
+    s = np.asarray(starts)
+    e = np.asarray(ends)
+    if not len(s):
+        return s, e
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], e[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > run_end[:-1]
+    grp = np.cumsum(new) - 1
+    us = s[new]
+    ue = np.full(len(us), -np.inf if e.dtype.kind == "f" else np.iinfo(e.dtype).min, dtype=e.dtype)
+    np.maximum.at(ue, grp, e)
+    return us, ue
 
 
 class SortedIntervals:

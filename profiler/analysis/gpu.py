@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.analysis.binning import union_intervals as _union
 from neuron_studio.profiler.kineto import GPU_CATEGORIES, RUNTIME_CATEGORIES, gpu_kind
 
 __all__ = ["TemporalBreakdown", "gpu_activity", "gpu_time_per_op", "kernel_breakdown", "temporal_breakdown",
@@ -141,21 +142,6 @@ class TemporalBreakdown:
         d = asdict(self)
         d.update({f"{p}_share": self.share(p) for p in ("compute", "communication", "memory", "idle")})
         return d
-
-
-def _union(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not len(s):
-        return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    grp = np.cumsum(new) - 1
-    us = s[new]
-    ue = np.full(len(us), np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(ue, grp, e)
-    return us, ue
 
 
 def _covered(us: np.ndarray, ue: np.ndarray, bs: np.ndarray, be: np.ndarray) -> int:

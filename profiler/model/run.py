@@ -248,6 +248,7 @@ def model_run(
         "compute_ns": _unsort(t.compute_ns, order),
         "memory_ns": _unsort(t.memory_ns, order),
         "launch_overhead_ns": _unsort(s.launch_overhead_ns, order),
+        "host_mask_ns": _unsort(t.host_mask_ns, order),  # host-drawn random mask inside duration_ns (dropout)
         "flops": cols.flops,
         "bytes_read": _unsort(s.bytes_read, order),
         "bytes_written": _unsort(s.bytes_written, order),

@@ -296,6 +296,7 @@ class Timing:
     end_ns: np.ndarray
     bound: np.ndarray
     core_end_ns: np.ndarray      # end of the last op per core (cores in sorted order)
+    host_mask_ns: np.ndarray | None = None  # part of `duration_ns` the host spends drawing a device op's mask
 
 
 def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhead_ns: np.ndarray | None = None,
@@ -342,8 +343,10 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     sdpa_drop = (attn & ATTN_DROPOUT) != 0
     if sdpa_drop.any():
         mask = np.where(sdpa_drop & s.is_attention, s.elems, mask)
+    mask_ns = np.zeros(n)
     if host_fallback and mask.any():
-        dur = dur + np.where(mask > 0, mask / config.host_rng_elems_per_s * 1e9 + mask / link * 1e9 + lat, 0.0)
+        mask_ns = np.where(mask > 0, mask / config.host_rng_elems_per_s * 1e9 + mask / link * 1e9 + lat, 0.0)
+        dur = dur + mask_ns
     fb = s.is_fallback & (eng == E_HOST) if host_fallback else np.zeros(n, dtype=bool)
     if fb.any():
         # A host-CPU model, not the measured wall time: the modeled step must not depend on machine load.
@@ -388,4 +391,4 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     start = end - dur
     last = np.concatenate((first[1:], [n])) - 1 if n else first
     return Timing(compute_ns=comp, memory_ns=mem, duration_ns=dur, start_ns=start, end_ns=end, bound=bound,
-                  core_end_ns=end[last] if n else np.zeros(0))
+                  core_end_ns=end[last] if n else np.zeros(0), host_mask_ns=mask_ns)

@@ -1,0 +1,354 @@
+"""Where the step time goes: one stacked bar per step that adds up to the step time, and what it implies.
+
+Every instant of a step is given to exactly one category, in priority order (as XProf's overview and HTA's
+temporal breakdown do): *engine compute* (any NeuronCore engine busy; overlapped engines and cores counted
+once, the union of their busy intervals), *collectives*, *CPU fallbacks* (host-run ops and host-drawn random
+masks of device ops), *sync stalls* (ops where the host waited for the device: `.item()`, `.cpu()`),
+*host↔device transfers*, *launch overhead*, and *idle* (nothing of the above). So the parts add up to the
+step exactly; a breakdown that does not is an error (`BreakdownError`), never a bar.
+
+A category the data cannot tell (a measured profile's launch cost is inside its op times; a CUDA trace has
+no NeuronCore fallbacks) is reported as not determined with the reason, never as a zero.
+
+Pure: arrays in, dataclasses / DataFrames out. `Profile.step_breakdown()` feeds it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from neuron_studio.profiler.analysis.binning import interval_coverage, union_intervals
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+
+__all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommendation", "StepBreakdown",
+           "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown",
+           "unavailable_breakdown", "recommend", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE", "MAX_RECOMMENDATIONS"]
+
+#: Priority order: an instant in several categories counts for the first. "idle" is what none covers.
+CATEGORIES = ("compute", "collective", "fallback", "sync", "transfer", "launch")
+LABELS = {"compute": "engine compute", "collective": "collectives", "fallback": "CPU fallbacks",
+          "sync": "sync stalls", "transfer": "host↔device transfers", "launch": "launch overhead", "idle": "idle"}
+#: A category below this share of the step implies no recommendation.
+RECOMMEND_MIN_SHARE = 0.15
+#: At most this many recommendations: the one or two changes the breakdown points at.
+MAX_RECOMMENDATIONS = 2
+_TOL = 1e-6
+_SNAP_NS = 1e-6
+
+
+class BreakdownError(ValueError):
+    """The parts of a step do not add up to the step (names the step and the difference)."""
+
+
+@dataclass(frozen=True)
+class BreakdownPart:
+    """One category of the mean step: ns and share, or `determined=False` with the reason in `note`."""
+
+    key: str
+    label: str
+    ns: float | None
+    share: float | None
+    determined: bool = True
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A change the breakdown implies, and the rows that justify it (`tab`: optable | hot | fallbacks | syncs;
+    `ops`: the op names of those rows)."""
+
+    category: str
+    share: float
+    text: str
+    tab: str
+    ops: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """The mean step split into categories (`parts`, adding up to `step_time_ns`), each step's split
+    (`per_step`: one row per step, one column per category, NaN where not determined), recommendations."""
+
+    basis: str                      # "modeled device time" | "measured device time" | "measured GPU time" | ...
+    step_time_ns: float | None
+    parts: list[BreakdownPart]
+    per_step: pd.DataFrame
+    recommendations: list[Recommendation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def available(self) -> bool:
+        return self.step_time_ns is not None
+
+    def to_frame(self) -> pd.DataFrame:
+        return pd.DataFrame([asdict(p) for p in self.parts])
+
+    def part(self, key: str) -> BreakdownPart:
+        for p in self.parts:
+            if p.key == key:
+                return p
+        raise KeyError(f"no category {key!r}; categories: {[p.key for p in self.parts]}")
+
+
+@dataclass(frozen=True)
+class RowCategories:
+    """Per-row intervals of one category (starts, ends) plus the op/source that owns each interval."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    ops: np.ndarray
+    sources: np.ndarray
+
+
+def breakdown_windows(windows: np.ndarray, intervals: dict[str, tuple[np.ndarray, np.ndarray]]) -> pd.DataFrame:
+    """Split each window [start, end) (sorted, disjoint) into CATEGORIES + idle by priority.
+
+    `intervals[cat]` are that category's (starts, ends); missing categories cover nothing. Returns one row per
+    window with start_ns, end_ns, step_ns and one column per category and "idle"; raises BreakdownError when a
+    window's parts do not add up to it."""
+    w = np.asarray(windows, dtype=np.float64).reshape(-1, 2)
+    edges = w.reshape(-1)
+    if len(edges) > 2 and np.any(np.diff(edges) < 0):
+        raise BreakdownError("step windows must be sorted and disjoint")
+    out = pd.DataFrame({"start_ns": w[:, 0], "end_ns": w[:, 1], "step_ns": w[:, 1] - w[:, 0]})
+    acc_s: list[np.ndarray] = []
+    acc_e: list[np.ndarray] = []
+    prev = np.zeros(len(w))
+    for cat in CATEGORIES:
+        s, e = intervals.get(cat, (np.zeros(0), np.zeros(0)))
+        acc_s.append(np.asarray(s, dtype=np.float64))
+        acc_e.append(np.asarray(e, dtype=np.float64))
+        us, ue = union_intervals(np.concatenate(acc_s), np.concatenate(acc_e))
+        cover = interval_coverage(edges, us, ue)[::2] if len(edges) else np.zeros(0)
+        out[cat] = cover - prev
+        prev = cover
+    out["idle"] = out["step_ns"] - prev
+    parts = out[list(CATEGORIES) + ["idle"]].to_numpy()
+    bad = (parts < -_TOL * np.maximum(out["step_ns"].to_numpy()[:, None], 1.0)).any(axis=1)
+    diff = np.abs(parts.sum(axis=1) - out["step_ns"].to_numpy())
+    bad |= diff > _TOL * np.maximum(out["step_ns"].to_numpy(), 1.0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise BreakdownError(f"step window {i}: parts {dict(zip(list(CATEGORIES) + ['idle'], parts[i]))} do not add "
+                             f"up to its {out['step_ns'].iloc[i]} ns")
+    # float round-off (a few 1e-10 ns) is not time: snap it to zero, keeping the sum exact
+    out[list(CATEGORIES) + ["idle"]] = np.where(np.abs(parts) < _SNAP_NS, 0.0, parts)
+    return out
+
+
+def modeled_rows(device_ops: pd.DataFrame, trace_ops: pd.DataFrame) -> dict[str, RowCategories]:
+    """Each op's intervals by category, from the device timeline (row i of both tables is the same op)."""
+    n = len(device_ops)
+    start = device_ops["start_ns"].to_numpy(np.float64)
+    end = device_ops["end_ns"].to_numpy(np.float64)
+    ovh = device_ops["launch_overhead_ns"].to_numpy(np.float64) if "launch_overhead_ns" in device_ops \
+        else np.zeros(n)
+    mask = device_ops["host_mask_ns"].to_numpy(np.float64) if "host_mask_ns" in device_ops else np.zeros(n)
+    engine = device_ops["engine"].to_numpy(dtype=object)
+    names = trace_ops["name"].astype(str).to_numpy(dtype=object)
+    sources = trace_ops["source"].to_numpy(dtype=object)
+    coll = np.char.startswith(names.astype(str), "c10d::") if n else np.zeros(0, dtype=bool)
+    fb = (engine == "host") | trace_ops["fallback"].notna().to_numpy()
+    sync = trace_ops["sync"].notna().to_numpy() & ~fb & ~coll
+    tr = trace_ops["transfer"].notna().to_numpy() & ~fb & ~sync & ~coll
+    dev = np.isin(engine, DEVICE_ENGINES) & ~(coll | fb | sync | tr)
+    mask = np.where(dev, np.minimum(mask, end - start), 0.0)
+
+    def rows(sel: np.ndarray, s: np.ndarray, e: np.ndarray) -> RowCategories:
+        sel = sel & (e > s)
+        return RowCategories(s[sel], e[sel], names[sel], sources[sel])
+
+    masked = mask > 0
+    fb_rows = rows(fb, start, end)
+    mask_rows = rows(masked, start, start + mask)
+    return {
+        "compute": rows(dev, start + mask, end),
+        "collective": rows(coll, start, end),
+        "fallback": RowCategories(np.concatenate((fb_rows.starts, mask_rows.starts)),
+                                  np.concatenate((fb_rows.ends, mask_rows.ends)),
+                                  np.concatenate((fb_rows.ops, mask_rows.ops)),
+                                  np.concatenate((fb_rows.sources, mask_rows.sources))),
+        "sync": rows(sync, start, end),
+        "transfer": rows(tr, start, end),
+        "launch": rows(ovh > 0, start - ovh, start),
+    }
+
+
+def _step_edges(trace_ops: pd.DataFrame, starts: np.ndarray, origin: float, end: float) -> np.ndarray:
+    """Windows [boundary_k, boundary_k+1) of consecutive steps: step k starts where its first op (or launch)
+    starts on any core; the first window starts at `origin`, the last ends at `end`."""
+    steps = trace_ops["step"].to_numpy() if "step" in trace_ops and len(trace_ops) else np.zeros(0)
+    ids = np.unique(steps)
+    if len(ids) <= 1:
+        return np.asarray([[origin, end]])
+    first = pd.Series(starts).groupby(steps).min().reindex(ids).to_numpy(np.float64)
+    bounds = np.clip(np.maximum.accumulate(first), origin, end)
+    bounds[0] = origin
+    edges = np.concatenate((bounds, [end]))
+    return np.stack((edges[:-1], edges[1:]), axis=1)
+
+
+def _parts(per_step: pd.DataFrame, steps: int, undetermined: dict[str, str]) -> tuple[float, list[BreakdownPart]]:
+    step = float(per_step["step_ns"].sum()) / max(1, steps)
+    out = []
+    for cat in (*CATEGORIES, "idle"):
+        if cat in undetermined:
+            out.append(BreakdownPart(cat, LABELS[cat], None, None, False, undetermined[cat]))
+            continue
+        ns = float(per_step[cat].sum()) / max(1, steps)
+        out.append(BreakdownPart(cat, LABELS[cat], ns, ns / step if step > 0 else 0.0))
+    return step, out
+
+
+def modeled_breakdown(device_ops: pd.DataFrame, trace_ops: pd.DataFrame, *, steps: int, step_time_ns: float,
+                      basis: str = "modeled device time", undetermined: dict[str, str] | None = None
+                      ) -> tuple[StepBreakdown, dict[str, RowCategories]]:
+    """The breakdown of a NeuronCore timeline (modeled, or measured with `undetermined` categories).
+
+    `step_time_ns` is the run's step time summed over the profiled steps (the model's: the last op's end on
+    the busiest core); the windows cover [first op's start, first op's start + step_time_ns)."""
+    undetermined = dict(undetermined or {})
+    cats = modeled_rows(device_ops, trace_ops)
+    ovh = device_ops["launch_overhead_ns"].to_numpy(np.float64) if "launch_overhead_ns" in device_ops \
+        else np.zeros(len(device_ops))
+    starts = device_ops["start_ns"].to_numpy(np.float64) - ovh
+    origin = float(starts.min()) if len(starts) else 0.0
+    origin = min(origin, 0.0) if basis.startswith("modeled") else origin
+    end = origin + float(step_time_ns)
+    last = float(device_ops["end_ns"].max()) if len(device_ops) else origin
+    if not basis.startswith("modeled") and last > end:   # a measured step time that does not span its ops
+        end = last
+    if last > end + _TOL * max(end, 1.0):
+        raise BreakdownError(f"an op ends at {last} ns, after the step time {step_time_ns} ns")
+    windows = _step_edges(trace_ops, starts, origin, end)
+    per_step = breakdown_windows(windows, {c: (r.starts, r.ends) for c, r in cats.items() if c not in undetermined})
+    per_step.insert(0, "step", _step_ids(trace_ops, len(per_step)))
+    for c in undetermined:
+        per_step[c] = np.nan
+    step, parts = _parts(per_step, steps, undetermined)
+    notes = []
+    if len(per_step) != steps:
+        notes.append(f"{len(per_step)} step window(s) found in the trace for {steps} profiled step(s); the bar "
+                     "is the run's time divided by the profiled steps")
+    return StepBreakdown(basis, step, parts, per_step, notes=notes), cats
+
+
+def _step_ids(trace_ops: pd.DataFrame, n: int) -> np.ndarray:
+    if "step" in trace_ops and len(trace_ops):
+        ids = np.unique(trace_ops["step"].to_numpy())
+        if len(ids) == n:
+            return ids
+    return np.arange(n)
+
+
+#: A profile measured on Trainium: what its device tables cannot separate (idle time includes these).
+MEASURED_UNDETERMINED = {
+    "launch": "not separable: measured op times include their launch; gaps between launches count as idle",
+    "fallback": "not in the device profile: CPU fallbacks run on the host; their time counts as device idle",
+    "sync": "not in the device profile: the host's waits show as device idle",
+}
+
+_GPU_UNDETERMINED = {
+    "fallback": "not in a GPU trace: every op ran on the GPU or the host as recorded (no NeuronCore fallbacks)",
+    "sync": "not determined: a CUDA trace records synchronize calls as host time; GPU idle time includes them",
+    "launch": "not determined: kernel launch cost is host time that overlaps GPU work; GPU idle time includes "
+              "launch-bound gaps",
+}
+
+
+def gpu_breakdown(activity: pd.DataFrame, windows: pd.DataFrame) -> StepBreakdown:
+    """Measured GPU time per step (ProfilerStep windows, else the GPU span as one step): kernels → compute,
+    NCCL/RCCL → collectives, memcpy/memset → transfers, nothing running → idle."""
+    s = activity["start_ns"].to_numpy(np.int64)
+    e = s + activity["dur_ns"].to_numpy(np.int64)
+    kind = activity["kind"].to_numpy(dtype=object)
+    notes = []
+    if len(windows):
+        w = np.array(windows.sort_values("start_ns")[["start_ns", "end_ns"]].to_numpy(np.float64))
+        w[:-1, 1] = np.minimum(w[:-1, 1], w[1:, 0])
+        ids = windows.sort_values("start_ns")["step"].to_numpy()
+    else:
+        w = np.asarray([[float(s.min()), float(e.max())]])
+        ids = np.asarray([0])
+        notes.append("no ProfilerStep#N windows: the GPU span from the first to the last activity is one step")
+    base = {"compute": kind == "compute", "collective": kind == "communication", "transfer": kind == "memory"}
+    intervals = {c: (s[m].astype(np.float64), e[m].astype(np.float64)) for c, m in base.items()}
+    per_step = breakdown_windows(w, intervals)
+    per_step.insert(0, "step", ids)
+    for c in _GPU_UNDETERMINED:
+        per_step[c] = np.nan
+    step, parts = _parts(per_step, len(per_step), _GPU_UNDETERMINED)
+    return StepBreakdown("measured GPU time", step, parts, per_step, notes=notes)
+
+
+def unavailable_breakdown(reason: str) -> StepBreakdown:
+    """No breakdown: the data cannot tell (says why, with every category not determined)."""
+    parts = [BreakdownPart(c, LABELS[c], None, None, False, reason) for c in (*CATEGORIES, "idle")]
+    return StepBreakdown("not available", None, parts, pd.DataFrame(), notes=[reason])
+
+
+# -- recommendations ---------------------------------------------------------------------------------------
+def _where(source: Any) -> str:
+    if not isinstance(source, str) or not source:
+        return ""
+    path, _, line = source.rpartition(":")
+    return f" at {os.path.basename(path) or path}:{line}" if path else f" at {source}"
+
+
+def _top(rows: RowCategories, k: int = 5) -> list[tuple[str, str | None, float]]:
+    """The ops (and source lines) owning most of a category's time: [(op, source, ns)], largest first."""
+    if not len(rows.starts):
+        return []
+    df = pd.DataFrame({"op": rows.ops, "source": pd.Series(rows.sources, dtype=object).fillna(""),
+                       "ns": rows.ends - rows.starts})
+    g = df.groupby(["op", "source"], sort=False)["ns"].sum().sort_values(ascending=False, kind="stable")
+    return [(op, src or None, float(ns)) for (op, src), ns in g.head(k).items()]
+
+
+def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, launches_per_step: float | None = None,
+              hot: Sequence[Any] = (), fallback_ops: Sequence[str] = ()) -> list[Recommendation]:
+    """The one or two changes the breakdown implies (categories at or above RECOMMEND_MIN_SHARE, largest
+    first), each naming the fix and the rows that justify it."""
+    out: list[Recommendation] = []
+    ranked = sorted((p for p in bd.parts if p.determined and p.share is not None and p.key != "idle"),
+                    key=lambda p: -p.share)
+    for p in ranked:
+        if p.share < RECOMMEND_MIN_SHARE or len(out) >= MAX_RECOMMENDATIONS:
+            break
+        pct = f"{100 * p.share:.0f}%"
+        top = _top(rows[p.key]) if p.key in rows else []
+        ops = list(dict.fromkeys(op for op, _, _ in top))
+        op, src = (top[0][0], top[0][1]) if top else ("", None)
+        if p.key == "launch":
+            fix = {"eager": "adaptive eager or compile", "adaptive": "compile (one launch per graph)",
+                   "compile": "fewer graph breaks and sync points (one launch per graph)"}.get(mode, "fuse ops")
+            n = f" ({launches_per_step:.0f} launches per step)" if launches_per_step else ""
+            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {fix}", "optable", ops))
+        elif p.key == "fallback":
+            tab = "fallbacks" if op in set(fallback_ops) else "optable"
+            how = ("a device lowering or an NKI kernel for it" if tab == "fallbacks"
+                   else "its random mask is drawn on the host: drop dropout here or draw masks on the device")
+            out.append(Recommendation(p.key, p.share, f"{pct} CPU fallback in {op}{_where(src)} → {how}", tab, ops))
+        elif p.key == "sync":
+            out.append(Recommendation(p.key, p.share, f"{pct} sync stalls in {op}{_where(src)} → move .item() / "
+                                      ".cpu() / printing out of the step (or do it every N steps)", "syncs", ops))
+        elif p.key == "transfer":
+            out.append(Recommendation(p.key, p.share, f"{pct} host↔device transfers in {op}{_where(src)} → create "
+                                      "tensors on the device and keep them there", "optable", ops))
+        elif p.key == "collective":
+            out.append(Recommendation(p.key, p.share, f"{pct} collectives in {op} → overlap communication with "
+                                      "compute (DDP bucket size, FSDP prefetch) or shard less", "optable", ops))
+        elif p.key == "compute":
+            h = next(iter(hot), None)
+            if h is None:
+                continue
+            k = next((k for k in h.kernels if k.get("saving_ns")), None)
+            fix = (f"NKI kernel {k.get('kernel')} (see the hot path's modeled saving)" if k is not None
+                   else "a better kernel for it (see the hot path)")
+            out.append(Recommendation(p.key, p.share, f"{pct} engine compute, most in {h.op}{_where(h.source)} → "
+                                      f"{fix}", "hot", [h.op]))
+    return out

@@ -1,0 +1,184 @@
+"""What-if advisor: the recorded ops re-modeled under another mode, on another chip, or with a hot op's NKI
+kernel swapped in, without rerunning anything.
+
+Modes and chips go through the NeuronCore model's public entry point (`model_run`) on the recorded op
+columns; only the mode's *grouping input* is changed, and how well that is known is said per row:
+- another chip, same mode: exact under the model (same ops, that chip's specs);
+- eager ↔ adaptive: the model's own grouping rules over the recorded ops and sync points (TorchNeuron's real
+  adaptive-eager heuristic is not public);
+- an eager/adaptive trace as compile: graphs are assumed between the sync points, CPU fallbacks, host copies,
+  collectives and forward/backward/optimizer boundaries the trace shows; graph breaks Dynamo would add and
+  recompiles are not known from an eager trace;
+- a compiled trace as eager/adaptive: the graphs' (AOT-decomposed) ops stand in for the eager ops.
+Kernel rows subtract the hot path's modeled saving (`hot_path.attach_savings`, the kernel model's factor)
+from the profile's own step. The profile's own mode and chip is its own figures, exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings",
+           "COLUMNS", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
+
+PROFILE = "the profile's own figures"
+EXACT = "re-modeled: same ops on this chip (exact under the model)"
+APPROX_GROUPING = ("re-modeled, approximate: the model's adaptive-eager grouping over the recorded sync points "
+                   "(TorchNeuron's heuristic is not public)")
+APPROX_GRAPHS = ("re-modeled, approximate: graphs assumed between the trace's sync points, CPU fallbacks, host "
+                 "copies, collectives and forward/backward/optimizer boundaries; Dynamo's own graph breaks, the "
+                 "copies that write a graph's in-place updates back to its inputs (optimizer state, parameters: "
+                 "one launch each) and recompiles are not known from this trace, so compile can be slower than shown")
+APPROX_DECOMPOSED = ("re-modeled, approximate: the compiled graphs' decomposed ops stand in for the eager ops")
+APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kernel model at a reference call) "
+                 "subtracted from this profile's step")
+
+COLUMNS = ["variant", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns", "speedup",
+           "mfu", "cost_per_1000_steps_usd", "current", "basis", "run"]
+
+
+class WhatIfError(ValueError):
+    """The advisor cannot re-model this profile (names what is missing and how to get it)."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """Per-step figures of one variant (ns, USD)."""
+
+    mode: str
+    chip: str
+    step_time_ns: float
+    low_ns: float | None
+    high_ns: float | None
+    mfu: float
+    cost_per_1000_steps_usd: float
+
+
+def synthetic_graphs(trace_ops: pd.DataFrame) -> np.ndarray:
+    """Graph ids for an op-by-op trace run as compile: maximal runs of ops on one core, within one step and
+    phase, between rows that cannot be inside a graph (sync points, CPU fallbacks, host copies, collectives),
+    which get -1 (they run eagerly)."""
+    n = len(trace_ops)
+    if not n:
+        return np.zeros(0, dtype=np.int64)
+    names = trace_ops["name"].astype(str)
+    outside = (trace_ops["sync"].notna() | trace_ops["fallback"].notna() | trace_ops["transfer"].notna()
+               | names.str.startswith("c10d::")).to_numpy()
+    core = trace_ops["device_index"].to_numpy()
+    key = pd.DataFrame({"core": core, "step": trace_ops["step"].to_numpy(),
+                        "phase": trace_ops["phase"].fillna("").to_numpy()})
+    graph = np.full(n, -1, dtype=np.int64)
+    next_id = 0
+    for _, idx in key.groupby("core", sort=False).indices.items():
+        idx = np.sort(idx)
+        k = key.iloc[idx]
+        out = outside[idx]
+        new = np.ones(len(idx), dtype=bool)
+        new[1:] = ((k["step"].to_numpy()[1:] != k["step"].to_numpy()[:-1])
+                   | (k["phase"].to_numpy()[1:] != k["phase"].to_numpy()[:-1]) | out[:-1])
+        seg = np.cumsum(new) - 1 + next_id
+        graph[idx] = np.where(out, -1, seg)
+        next_id = int(seg.max()) + 1 if len(seg) else next_id
+    # renumber the graphs actually used 0..k-1
+    used = np.unique(graph[graph >= 0])
+    graph[graph >= 0] = np.searchsorted(used, graph[graph >= 0])
+    return graph
+
+
+def ops_for_mode(trace_ops: pd.DataFrame, recorded_mode: str, mode: str) -> tuple[pd.DataFrame, str]:
+    """The recorded ops as the model should see them in `mode`, and how well that is known."""
+    has_graphs = bool(len(trace_ops)) and bool((trace_ops["graph"] >= 0).any())
+    if mode == recorded_mode:
+        return trace_ops, EXACT
+    if mode == "compile":
+        if has_graphs:
+            return trace_ops, EXACT
+        return trace_ops.assign(graph=synthetic_graphs(trace_ops)), APPROX_GRAPHS
+    if recorded_mode == "compile" and has_graphs:
+        return trace_ops.assign(graph=np.full(len(trace_ops), -1, dtype=np.int64)), APPROX_DECOMPOSED
+    return trace_ops, APPROX_GROUPING if mode == "adaptive" else EXACT
+
+
+def kernel_savings(hot: Sequence[Any], steps: int, swappable: Sequence[str] = (),
+                   only: Sequence[str] | None = None) -> list[dict]:
+    """Per candidate kernel: the modeled saving per step of swapping it in wherever the hot path matched it
+    (kernels that already run an op are not swaps).
+
+    A module-level match (RMSNorm, gated MLP) saves once per module, however many of its ops are hot, so
+    savings are summed over distinct scopes (an op, or a module), never per hot op."""
+    per: dict[str, dict] = {}
+    for h in hot:
+        for k in h.kernels:
+            s = k.get("saving_ns")
+            name = str(k.get("kernel") or k.get("name"))
+            if not s or k.get("kind") != "candidate" or (only is not None and name not in only and name.removesuffix("_kernel") not in only):
+                continue
+            scope = k.get("scope") or "op"
+            key = (scope, h.op, h.module) if scope == "op" else (scope,)
+            d = per.setdefault(name, {"kernel": name, "scopes": {}, "ops": []})
+            d["scopes"][key] = float(s)
+            if h.op not in d["ops"]:
+                d["ops"].append(h.op)
+    out = []
+    for name, d in per.items():
+        short = name.removesuffix("_kernel")
+        run = (f'kernels.use(model, "{short}")  # from neuron_studio import kernels; then run the cell again'
+               if short in swappable else None)
+        out.append({"kernel": name, "op": ", ".join(d["ops"][:3]), "saving_ns": sum(d["scopes"].values()) / max(1, steps),
+                    "run": run})
+    return sorted(out, key=lambda d: -d["saving_ns"])
+
+
+def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None = None) -> str:
+    """The `%%neuron` line that runs this variant for real."""
+    line = f"%%neuron --mode {mode} --chip {chip}"
+    if steps:
+        line += f" --steps {int(steps)}"
+    if warmup is not None:
+        line += f" --warmup {int(warmup)}"
+    return line
+
+
+def _row(v: Variant, *, variant: str, kernel: str | None, current_ns: float, current: bool, basis: str,
+         run: str | None) -> dict[str, Any]:
+    return {"variant": variant, "mode": v.mode, "chip": v.chip, "kernel": kernel, "step_time_ns": v.step_time_ns,
+            "step_time_low_ns": v.low_ns, "step_time_high_ns": v.high_ns,
+            "speedup": current_ns / v.step_time_ns if v.step_time_ns > 0 else float("nan"),
+            "mfu": v.mfu, "cost_per_1000_steps_usd": v.cost_per_1000_steps_usd, "current": current, "basis": basis,
+            "run": run}
+
+
+def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], recorded_mode: str,
+                  trace_ops: pd.DataFrame, model: Callable[[pd.DataFrame, str, str], Variant],
+                  kernel_savings: Sequence[dict] = (), steps: int | None = None, warmup: int | None = None,
+                  ) -> pd.DataFrame:
+    """One row per (mode, chip) plus one per kernel saving; `own` is the profile's own figures (its row).
+
+    `model(ops, mode, chip)` re-models ops; `kernel_savings` are dicts with kernel, op, saving_ns (per step)
+    and run (the swap snippet, or None)."""
+    rows = []
+    for mode in modes:
+        for chip in chips:
+            if mode == own.mode and chip == own.chip:
+                rows.append(_row(own, variant="this profile", kernel=None, current_ns=own.step_time_ns,
+                                 current=True, basis=PROFILE, run=run_line(mode, chip, steps, warmup)))
+                continue
+            ops, basis = ops_for_mode(trace_ops, recorded_mode, mode)
+            v = model(ops, mode, chip)
+            name = f"{mode} on {chip}"
+            rows.append(_row(v, variant=name, kernel=None, current_ns=own.step_time_ns, current=False, basis=basis,
+                             run=run_line(mode, chip, steps, warmup)))
+    for k in kernel_savings:
+        saving = float(k["saving_ns"])
+        new = max(own.step_time_ns - saving, 0.0)
+        scale = new / own.step_time_ns if own.step_time_ns > 0 else 1.0
+        v = Variant(own.mode, own.chip, new,
+                    None if own.low_ns is None else max(own.low_ns - saving, 0.0),
+                    None if own.high_ns is None else max(own.high_ns - saving, 0.0),
+                    own.mfu / scale if scale > 0 else float("nan"), own.cost_per_1000_steps_usd * scale)
+        rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kernel=str(k["kernel"]),
+                         current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=k.get("run")))
+    return pd.DataFrame(rows, columns=COLUMNS)

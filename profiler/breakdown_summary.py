@@ -1,0 +1,71 @@
+"""The step-time breakdown and the what-if advisor as JSON-safe blocks of the profile summary.
+
+Renderers (inline HTML, the JupyterLab extension, the CLI report) only draw these: every number, label,
+recommendation and run line is decided here, from `Profile.step_breakdown()` and `Profile.what_if()`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+__all__ = ["breakdown_block", "what_if_block", "WHAT_IF_INLINE_MAX_OPS", "BREAKDOWN_MAX_STEPS"]
+
+#: Above this many ops the inline summary does not re-model the run nine times (say so; prof.what_if() does).
+WHAT_IF_INLINE_MAX_OPS = 200_000
+#: Per-step bars kept in the summary (the mean bar always covers every step).
+BREAKDOWN_MAX_STEPS = 50
+
+
+def _num(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def breakdown_block(prof: Any) -> dict[str, Any]:
+    """The mean step's parts (adding up to `step_time_ns`), per-step parts, recommendations and notes."""
+    bd = prof.step_breakdown()
+    keys = [p.key for p in bd.parts]
+    steps = []
+    for r in bd.per_step.head(BREAKDOWN_MAX_STEPS).itertuples(index=False):
+        d = r._asdict()
+        steps.append({"step": int(d["step"]), "step_ns": _num(d["step_ns"]),
+                      "parts": {k: _num(d.get(k)) for k in keys}})
+    return {
+        "basis": bd.basis,
+        "step_time_ns": _num(bd.step_time_ns),
+        "parts": [{"key": p.key, "label": p.label, "ns": _num(p.ns), "share": _num(p.share),
+                   "determined": p.determined, "note": p.note} for p in bd.parts],
+        "steps": steps,
+        "steps_total": int(len(bd.per_step)),
+        "recommendations": [{"category": r.category, "share": _num(r.share), "text": r.text, "tab": r.tab,
+                             "ops": list(r.ops)} for r in bd.recommendations],
+        "notes": list(bd.notes),
+    }
+
+
+def what_if_block(prof: Any) -> dict[str, Any]:
+    """The advisor's rows (or why there are none), best predicted step first after the profile's own row."""
+    n_ops = len(prof.trace.ops)
+    if n_ops > WHAT_IF_INLINE_MAX_OPS:
+        return {"rows": [], "note": f"not computed inline for {n_ops:,} ops (re-modeling them nine times would "
+                                    "slow the output); call prof.what_if()"}
+    from neuron_studio.profiler.analysis.what_if import WhatIfError
+
+    try:
+        df = prof.what_if()
+    except WhatIfError as exc:
+        return {"rows": [], "note": str(exc)}
+    rows = []
+    for r in df.itertuples(index=False):
+        rows.append({"variant": r.variant, "mode": r.mode, "chip": r.chip, "kernel": r.kernel,
+                     "step_time_ns": _num(r.step_time_ns), "step_time_low_ns": _num(r.step_time_low_ns),
+                     "step_time_high_ns": _num(r.step_time_high_ns), "speedup": _num(r.speedup), "mfu": _num(r.mfu),
+                     "cost_per_1000_steps_usd": _num(r.cost_per_1000_steps_usd), "current": bool(r.current),
+                     "basis": r.basis, "run": r.run})
+    others = [r for r in rows if not r["current"] and r["step_time_ns"]]
+    best = min(others, key=lambda r: r["step_time_ns"], default=None)
+    return {"rows": rows, "best": None if best is None else best["variant"],
+            "modeled": bool(prof.modeled_figures), "note": None}

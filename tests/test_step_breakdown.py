@@ -1,0 +1,190 @@
+"""Step-time breakdown: every category checked against sums computed independently of the analysis."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neuron_studio.profiler.analysis import step_breakdown as sb
+from neuron_studio.profiler.capture import profile
+from neuron_studio.profiler.profile import Profile
+
+PRIORITY = list(sb.CATEGORIES)
+
+
+def _brute_force(window: tuple[int, int], intervals: dict[str, list[tuple[int, int]]]) -> dict[str, int]:
+    """Classify every nanosecond of an integer window by the first category covering it (no numpy)."""
+    out = {c: 0 for c in PRIORITY + ["idle"]}
+    for t in range(window[0], window[1]):
+        for c in PRIORITY:
+            if any(s <= t < e for s, e in intervals.get(c, [])):
+                out[c] += 1
+                break
+        else:
+            out["idle"] += 1
+    return out
+
+
+_iv = st.tuples(st.integers(0, 120), st.integers(1, 40)).map(lambda p: (p[0], p[0] + p[1]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(PRIORITY), st.lists(_iv, max_size=6), max_size=len(PRIORITY)),
+       st.lists(st.integers(0, 150), min_size=1, max_size=4, unique=True))
+def test_windows_match_a_per_nanosecond_count(intervals, cuts):
+    edges = sorted(set(cuts) | {0, 150})
+    windows = np.array(list(zip(edges[:-1], edges[1:])), dtype=float)
+    arr = {c: (np.array([s for s, _ in v], dtype=float), np.array([e for _, e in v], dtype=float))
+           for c, v in intervals.items()}
+    got = sb.breakdown_windows(windows, arr)
+    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+        want = _brute_force((a, b), intervals)
+        row = got.iloc[i]
+        assert {c: round(float(row[c]), 6) for c in want} == {c: float(v) for c, v in want.items()}
+        assert float(row[PRIORITY + ["idle"]].sum()) == pytest.approx(b - a, abs=1e-9)
+
+
+def test_overlapping_engines_and_cores_count_once():
+    # two cores computing at the same time and an engine overlap on one core: 0-10 and 5-15 -> 15 ns
+    got = sb.breakdown_windows(np.array([[0.0, 30.0]]), {
+        "compute": (np.array([0.0, 5.0, 2.0]), np.array([10.0, 15.0, 4.0])),
+        "launch": (np.array([12.0]), np.array([20.0]))})
+    r = got.iloc[0]
+    assert (r["compute"], r["launch"], r["idle"]) == (15.0, 5.0, 10.0)
+
+
+def test_an_op_after_the_step_time_is_an_error_not_a_bar():
+    dev = pd.DataFrame({"start_ns": [0.0, 100.0], "end_ns": [90.0, 200.0], "launch_overhead_ns": [0.0, 0.0],
+                        "engine": ["vector", "vector"]})
+    tr = pd.DataFrame({"name": ["aten::add", "aten::mul"], "source": [None, None], "fallback": [None, None],
+                       "sync": [None, None], "transfer": [None, None], "step": [0, 0]})
+    with pytest.raises(sb.BreakdownError, match="after the step time"):
+        sb.modeled_breakdown(dev, tr, steps=1, step_time_ns=150.0)
+    bd, _ = sb.modeled_breakdown(dev, tr, steps=1, step_time_ns=200.0)
+    assert (bd.part("compute").ns, bd.part("idle").ns) == (190.0, 10.0)
+
+
+@functools.cache
+def _eager_profile(dropout: float = 0.0, steps: int = 3):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Dropout(dropout), torch.nn.GELU(),
+                                torch.nn.Linear(128, 64)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(8, 64, device="neuron")
+
+    def step():
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+
+    return profile(step, steps=steps, warmup=1, mode="eager", chip="trn2")
+
+
+def _independent(prof: Profile) -> dict[str, float]:
+    """Single core, eager: ops run one after another, so each category is a plain sum over its rows."""
+    d = prof.device_run.ops_frame()
+    t = prof.trace.ops
+    dur = d["end_ns"] - d["start_ns"]
+    sync = t["sync"].notna()
+    dev = d["engine"].isin(["tensor", "vector", "scalar", "gpsimd", "dma"]) & ~sync & t["transfer"].isna()
+    n = prof.steps
+    return {"compute": float((dur - d["host_mask_ns"])[dev].sum()) / n,
+            "fallback": float(d["host_mask_ns"].sum() + dur[d["engine"] == "host"].sum()) / n,
+            "sync": float(dur[sync].sum()) / n, "launch": float(d["launch_overhead_ns"].sum()) / n}
+
+
+def test_eager_breakdown_adds_up_and_matches_plain_sums():
+    prof = _eager_profile()
+    bd = prof.step_breakdown()
+    assert bd.basis == "modeled device time"
+    parts = {p.key: p.ns for p in bd.parts}
+    assert sum(parts.values()) == pytest.approx(prof.step_time_ns, rel=1e-12)
+    assert bd.step_time_ns == pytest.approx(prof.step_time_ns, rel=1e-12)
+    want = _independent(prof)
+    for k, v in want.items():
+        assert parts[k] == pytest.approx(v, rel=1e-9, abs=1e-6), k
+    assert parts["idle"] == pytest.approx(0.0, abs=1e-6) and parts["collective"] == 0.0
+    # one bar per profiled step, each adding up to its own window; the windows tile the run
+    assert len(bd.per_step) == prof.steps
+    cols = list(sb.CATEGORIES) + ["idle"]
+    assert np.allclose(bd.per_step[cols].sum(axis=1), bd.per_step["step_ns"], rtol=1e-12)
+    assert bd.per_step["step_ns"].sum() == pytest.approx(prof.summary.step_time_ns, rel=1e-12)
+    assert parts["launch"] / prof.step_time_ns > 0.9
+    rec = bd.recommendations[0]
+    assert rec.category == "launch" and rec.tab == "optable"
+    assert rec.text.startswith(f"{100 * parts['launch'] / prof.step_time_ns:.0f}% launch overhead")
+    assert rec.text.endswith("→ adaptive eager or compile")
+    assert set(rec.ops) <= set(prof.op_table()["key"])
+
+
+def test_dropout_mask_drawn_on_the_host_is_a_cpu_fallback_named_with_its_line():
+    prof = _eager_profile(dropout=0.5)
+    bd = prof.step_breakdown()
+    fb = bd.part("fallback")
+    d = prof.device_run.ops_frame()
+    assert fb.ns == pytest.approx(float(d["host_mask_ns"].sum()) / prof.steps) and fb.ns > 0
+    rows = sb.modeled_rows(d, prof.trace.ops)["fallback"]
+    assert set(rows.ops) == {"aten::native_dropout"}
+    # above the threshold, the recommendation names the op and its source line, and links the op table
+    # (a host-drawn mask is not a fallback op, so it has no row in the fallbacks table)
+    forced = sb.BreakdownPart("fallback", fb.label, fb.ns, 0.5)
+    recs = sb.recommend(sb.StepBreakdown(bd.basis, bd.step_time_ns, [forced], bd.per_step),
+                        sb.modeled_rows(d, prof.trace.ops), mode="eager")
+    assert recs[0].text.startswith("50% CPU fallback in aten::native_dropout at test_step_breakdown.py:")
+    assert (recs[0].tab, recs[0].ops) == ("optable", ["aten::native_dropout"])
+
+
+def test_summary_carries_the_breakdown_that_adds_up():
+    prof = _eager_profile()
+    s = prof.to_summary()
+    b = s["breakdown"]
+    assert b["step_time_ns"] == pytest.approx(s["step_time_ns"], rel=1e-12)
+    assert sum(p["ns"] for p in b["parts"]) == pytest.approx(s["step_time_ns"], rel=1e-12)
+    for st_ in b["steps"]:
+        assert sum(st_["parts"].values()) == pytest.approx(st_["step_ns"], rel=1e-12)
+    assert b["recommendations"][0]["tab"] == "optable"
+
+
+def test_measured_profile_says_what_it_cannot_separate():
+    prof = _eager_profile()
+    dev = prof.device_run.ops_frame().assign(launch_overhead_ns=0.0)
+    bd, _ = sb.modeled_breakdown(dev, prof.trace.ops, steps=prof.steps, step_time_ns=prof.summary.step_time_ns,
+                                 basis="measured device time", undetermined=sb.MEASURED_UNDETERMINED)
+    launch = bd.part("launch")
+    assert launch.ns is None and not launch.determined and "not separable" in launch.note
+    assert sum(p.ns for p in bd.parts if p.ns is not None) == pytest.approx(bd.step_time_ns, rel=1e-12)
+
+
+def test_imported_gpu_trace_uses_measured_gpu_time_per_step():
+    from tests import trace_truth as truth
+
+    name = "trace_filter_sampled_rank-0.json.gz"
+    path = truth.traces_dir() / name
+    if not path.exists():
+        pytest.skip(f"shared trace {name} not present")
+    from neuron_studio.profiler.importers import read_trace
+
+    prof = Profile.from_trace(read_trace(path))
+    bd = prof.step_breakdown()
+    assert bd.basis == "measured GPU time"
+    doc = truth.load(name)
+    assert bd.step_time_ns == pytest.approx(truth.mean_step_ns(doc), abs=1.0)
+    for k in ("launch", "fallback", "sync"):
+        p = bd.part(k)
+        assert p.ns is None and p.note
+    # compute per step window, from the raw JSON: union of compute kernels clipped to the window
+    origin = int(prof.trace.meta["imported"]["origin_ns"])
+    kernels = [(truth.ns(e["ts"]) - origin, truth.ns(e["ts"]) + truth.ns(e.get("dur", 0)) - origin)
+               for e in truth.gpu_events(doc, truth._KERNEL) if truth.kernel_kind(e) == "compute"]
+    assert kernels
+    for r in bd.per_step.itertuples(index=False):
+        clipped = [(max(s, int(r.start_ns)), min(e, int(r.end_ns))) for s, e in kernels]
+        assert r.compute == truth._length(truth._union([(s, e) for s, e in clipped if e > s]))
+        assert r.compute + r.collective + r.transfer + r.idle == pytest.approx(r.step_ns, rel=1e-12)

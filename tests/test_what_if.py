@@ -1,0 +1,162 @@
+"""What-if advisor: the profile's own row is the profile; other rows agree with the model run directly and, where
+the emulator can run the variant, with the variant's own profile."""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from neuron_studio.profiler.analysis import what_if as wi
+from neuron_studio.profiler.capture import profile
+from neuron_studio.profiler.model import model_run
+from neuron_studio.profiler.profile import Profile
+from tests.models.blocks import TransformerBlock
+
+
+def _train(mode: str, model: torch.nn.Module, x: torch.Tensor, steps: int = 2):
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step():
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return profile(step, steps=steps, warmup=1, mode=mode, chip="trn2")
+
+
+@functools.cache
+def _mlp(mode: str = "eager"):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)).to("neuron")
+    return _train(mode, model, torch.randn(8, 64, device="neuron"))
+
+
+@functools.cache
+def _block():
+    """Inference of a transformer block in eager mode: its hot path suggests the RMSNorm kernel."""
+    torch.manual_seed(0)
+    model = TransformerBlock(128, 4).to("neuron")
+    x = torch.randn(4, 128, 128, device="neuron")
+
+    def step():
+        with torch.no_grad():
+            model(x)
+
+    return profile(step, steps=2, warmup=1, mode="eager", chip="trn2")
+
+
+def test_own_row_is_exactly_the_profile():
+    prof = _mlp()
+    df = prof.what_if()
+    own = df[df["current"]]
+    assert len(own) == 1
+    r = own.iloc[0]
+    assert (r["mode"], r["chip"]) == ("eager", "trn2")
+    assert r["step_time_ns"] == prof.step_time_ns
+    assert r["mfu"] == prof.mfu
+    assert r["cost_per_1000_steps_usd"] == prof.cost().per_1000_steps_usd
+    assert (r["step_time_low_ns"], r["step_time_high_ns"]) == (prof.summary.step_time_low_ns / prof.steps,
+                                                               prof.summary.step_time_high_ns / prof.steps)
+    assert r["step_time_low_ns"] < r["step_time_ns"] < r["step_time_high_ns"]
+    assert r["run"] == "%%neuron --mode eager --chip trn2 --steps 2 --warmup 1"
+    # and re-modeling the recorded ops in the profile's own mode and chip reproduces it exactly
+    again = prof._remodel(prof.trace.ops, "eager", "trn2")
+    assert (again.step_time_ns, again.mfu, again.cost_per_1000_steps_usd) == (
+        prof.step_time_ns, prof.mfu, prof.cost().per_1000_steps_usd)
+
+
+def test_every_mode_and_chip_once_with_the_run_line():
+    df = _mlp().what_if(kernels=False)
+    assert sorted(zip(df["mode"], df["chip"])) == sorted((m, c) for m in ("eager", "adaptive", "compile")
+                                                         for c in ("trn1", "trn2", "trn3"))
+    for r in df.itertuples():
+        assert r.run.startswith(f"%%neuron --mode {r.mode} --chip {r.chip}")
+        assert r.speedup == pytest.approx(_mlp().step_time_ns / r.step_time_ns)
+
+
+def test_another_chip_equals_the_profile_modeled_on_that_chip():
+    prof = _mlp()
+    r = prof.what_if(modes=["eager"], chips=["trn1"]).iloc[0]
+    other = Profile.from_trace(prof.trace, chip="trn1")
+    assert r["step_time_ns"] == pytest.approx(other.step_time_ns, rel=1e-12)
+    assert r["mfu"] == pytest.approx(other.mfu, rel=1e-12)
+    assert r["cost_per_1000_steps_usd"] == pytest.approx(other.cost().per_1000_steps_usd, rel=1e-12)
+    assert r["basis"] == wi.EXACT
+
+
+def test_adaptive_prediction_matches_running_adaptive_on_the_emulator():
+    predicted = _mlp("eager").what_if(modes=["adaptive"], chips=["trn2"]).iloc[0]
+    measured = _mlp("adaptive")
+    assert predicted["basis"] == wi.APPROX_GROUPING
+    assert predicted["step_time_ns"] == pytest.approx(measured.step_time_ns, rel=1e-9)
+    assert predicted["step_time_ns"] < _mlp("eager").step_time_ns / 10
+
+
+def test_compile_from_an_eager_trace_is_labelled_approximate_and_uses_graphs():
+    prof = _mlp()
+    r = prof.what_if(modes=["compile"], chips=["trn2"]).iloc[0]
+    assert r["basis"] == wi.APPROX_GRAPHS
+    ops = prof.trace.ops.assign(graph=wi.synthetic_graphs(prof.trace.ops))
+    want = model_run(ops, chip="trn2", mode="compile").summary.step_time_ns / prof.steps
+    assert r["step_time_ns"] == pytest.approx(want, rel=1e-12)
+    assert r["step_time_ns"] < prof.step_time_ns
+
+
+def test_synthetic_graphs_break_at_syncs_fallbacks_phases_and_steps():
+    t = pd.DataFrame({
+        "name": ["aten::mm", "aten::add", "aten::_local_scalar_dense", "aten::mul", "aten::mm", "aten::add",
+                 "aten::unique", "aten::add", "aten::mm"],
+        "sync": [None, None, "item", None, None, None, None, None, None],
+        "fallback": [None] * 6 + ["data-dependent"] + [None, None],
+        "transfer": [None, None, "d2h", None, None, None, None, None, None],
+        "device_index": [0] * 9,
+        "step": [0, 0, 0, 0, 0, 0, 0, 0, 1],
+        "phase": ["forward", "forward", "forward", "forward", "backward", "backward", "backward", "backward",
+                  "forward"],
+    })
+    assert wi.synthetic_graphs(t).tolist() == [0, 0, -1, 1, 2, 2, -1, 3, 4]
+
+
+def test_kernel_rows_subtract_the_hot_path_saving_once_per_scope():
+    prof = _block()
+    df = prof.what_if(chips=["trn2"])
+    krows = df[df["kernel"].notna()]
+    assert len(krows), "the block's hot path has NKI kernel candidates"
+    # independently: the hot path's savings per kernel, a module-level match counted once per module
+    want: dict[str, dict] = {}
+    for h in prof.hot_path():
+        for k in h.kernels:
+            if k.get("saving_ns") and k["kind"] == "candidate":   # a kernel that already runs is no swap
+                key = (h.op, h.module) if k.get("scope") == "op" else k["scope"]
+                want.setdefault(k["kernel"], {})[key] = k["saving_ns"] / prof.steps
+    assert set(krows["kernel"]) == set(want)
+    for r in krows.itertuples():
+        saving = sum(want[r.kernel].values())
+        assert r.step_time_ns == pytest.approx(prof.step_time_ns - saving, rel=1e-12)
+        assert r.cost_per_1000_steps_usd == pytest.approx(
+            prof.cost().per_1000_steps_usd * r.step_time_ns / prof.step_time_ns, rel=1e-12)
+        assert (r.mode, r.chip, r.basis) == ("eager", "trn2", wi.APPROX_KERNEL)
+    rms = krows[krows["kernel"] == "rmsnorm_kernel"]
+    assert rms.iloc[0]["run"].startswith('kernels.use(model, "rmsnorm")')
+
+
+def test_bad_requests_are_typed_errors():
+    with pytest.raises(wi.WhatIfError, match="trn9"):
+        _mlp().what_if(chips=["trn9"])
+    with pytest.raises(wi.WhatIfError, match="turbo"):
+        _mlp().what_if(modes=["turbo"])
+
+
+def test_summary_what_if_block_has_the_current_row_and_the_best_variant():
+    prof = _mlp()
+    s = prof.to_summary()
+    rows = s["what_if"]["rows"]
+    cur = [r for r in rows if r["current"]]
+    assert len(cur) == 1 and cur[0]["step_time_ns"] == s["step_time_ns"]
+    best = min((r for r in rows if not r["current"]), key=lambda r: r["step_time_ns"])
+    assert s["what_if"]["best"] == best["variant"]
+    assert np.isfinite([r["step_time_ns"] for r in rows]).all()
