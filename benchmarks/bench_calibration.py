@@ -30,6 +30,7 @@ import torch  # noqa: E402
 
 import calibration_kernels as ck  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+from neuron_studio.device.emulator.op_event_fields import storage_ids  # noqa: E402
 from neuron_studio.device.events import OpEvent  # noqa: E402
 from neuron_studio.kernels import kernel_time  # noqa: E402
 from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
@@ -184,7 +185,8 @@ class _BertForPreTraining(torch.nn.Module):
 
 
 class _MetaRecorder(TorchDispatchMode):
-    """Records every aten op of a program run on meta tensors as an OpEvent (shapes and dtypes only).
+    """Records every aten op of a program run on meta tensors as an OpEvent (shapes, dtypes and the storages each
+    op reads and writes, as the emulated device records them).
 
     The published BERT row ran under torch-neuronx (XLA): the whole micro-step is one compiled graph with
     on-device RNG, so every op is recorded as a graph op and none as a CPU fallback. Meta tensors make the
@@ -198,13 +200,14 @@ class _MetaRecorder(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         ins = [a for a in _flat(args) + _flat(list((kwargs or {}).values())) if isinstance(a, torch.Tensor)]
         outs = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
+        reads, writes = storage_ids(func, args, kwargs or {}, out if isinstance(out, (tuple, list)) else (out,))
         self.events.append(OpEvent(
             seq=len(self.events) + 1, name=func._schema.name, overload=func._overloadname, start_ns=0, end_ns=0,
             thread=0, device_index=0, input_shapes=tuple(tuple(t.shape) for t in ins),
             input_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in ins),
             output_shapes=tuple(tuple(t.shape) for t in outs),
             output_dtypes=tuple(str(t.dtype).removeprefix("torch.") for t in outs),
-            is_view=bool(func.is_view), graph=0))
+            is_view=bool(func.is_view), graph=0, reads=reads, writes=writes))
         return out
 
 

@@ -1,7 +1,8 @@
 """Benchmark the NeuronCore performance model: µs per op event for `model_run` in each mode (goal ≤ 2 µs).
 
 Builds 1,000,000 synthetic op events as columns (no OpEvent objects), models them on Trn2 in eager,
-adaptive and compile mode, and prints one table. Also times the columnar import path (dict of derived
+adaptive and compile mode (also with the storages each op read and wrote, which the model list-schedules the ops
+of a launch by), and prints one table. Also times the columnar import path (dict of derived
 columns) and the one-pass OpEvent conversion on a smaller sample.
 
     python benchmarks/bench_model.py [--events 1000000] [--repeat 3]
@@ -48,6 +49,21 @@ def synthetic(n: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
+def dependencies(n: int, seed: int = 1) -> dict[str, np.ndarray]:
+    """reads/writes columns: op i writes storage i and reads the output of one of the 8 ops before it (and a
+    weight, storage 0), so each launch has a few independent chains."""
+    rng = np.random.default_rng(seed)
+    back = rng.integers(1, 9, n)
+    idx = np.arange(n)
+    src = np.maximum(idx - back, 0) + 1
+    reads = np.empty(n, dtype=object)
+    writes = np.empty(n, dtype=object)
+    for i in range(n):
+        reads[i] = (0, int(src[i]))
+        writes[i] = (i + 1,)
+    return {"reads": reads, "writes": writes}
+
+
 def _best(fn, repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
@@ -69,6 +85,11 @@ def main() -> None:
     for mode in ("eager", "adaptive", "compile"):
         rows.append((f"model_run mode={mode}", _best(lambda: model_run(cols, chip="trn2", mode=mode), args.repeat), n))
     rows.append(("model_run mode=adaptive from dict", _best(lambda: model_run(data, mode="adaptive"), args.repeat), n))
+    # with the storages each op read and wrote: the ops of a launch are list-scheduled over the engines
+    dep = columns_from_mapping({**data, **dependencies(n)})
+    for mode in ("eager", "adaptive", "compile"):
+        rows.append((f"model_run mode={mode} + reads/writes", _best(lambda: model_run(dep, chip="trn2", mode=mode),
+                                                                   args.repeat), n))
 
     from neuron_studio.device.events import OpEvent
 

@@ -21,12 +21,12 @@ A kernel runs on ONE PHYSICAL NeuronCore (`ChipSpec.core(lnc=1)`; the interprete
 """
 from __future__ import annotations
 
-import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from neuron_studio.hardware import ChipSpec, CoreFigures, SpecError, chip_spec
 from neuron_studio.profiler.model.config import ModelConfig
+from neuron_studio.profiler.model.list_schedule import ListSchedule
 
 from .interpreter.dtypes import itemsize
 from .interpreter.trace import ENGINES, Instruction, KernelTrace
@@ -138,73 +138,27 @@ def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: i
     return (passes * elements / per_cycle + static) / clock
 
 
-class _Queues:
-    """Busy intervals of the DMA queues (merged, sorted). A transfer takes the first gap that fits after its
-    inputs are ready: the compiler spreads transfers over 16 DMA engines, so one waiting on a producer does not
-    hold back later, independent ones (loads of the next tile while this tile's store waits)."""
-
-    def __init__(self) -> None:
-        self.starts: list[float] = []
-        self.ends: list[float] = []
-
-    def reserve(self, earliest: float, dur: float) -> float:
-        i = bisect.bisect_right(self.ends, earliest)
-        t = earliest
-        while i < len(self.starts) and self.starts[i] < t + dur:
-            t = max(t, self.ends[i])
-            i += 1
-        # insert [t, t + dur) at i, merging with touching neighbours
-        s, e = t, t + dur
-        j = i
-        if i > 0 and self.ends[i - 1] >= s:
-            i -= 1
-            s = self.starts[i]
-        while j < len(self.starts) and self.starts[j] <= e:
-            e = max(e, self.ends[j])
-            j += 1
-        self.starts[i:j] = [s]
-        self.ends[i:j] = [e]
-        return t
-
-
 def kernel_time(trace: KernelTrace, chip: str | None = None, config: ModelConfig | None = None) -> KernelTiming:
     """Model the time of `trace` on `chip` (default: the chip the trace was recorded for)."""
     chip = chip or trace.chip
     cfg = config or ModelConfig()
     spec, core = kernel_core(chip)
     latency = float(spec.dma_fixed_latency_ns or 0.0)
-    free = {e: 0.0 for e in ENGINES}          # when each engine's queue is free
     busy = {e: 0.0 for e in ENGINES}
-    ready: dict[int, float] = {}              # buffer -> end of its last write
-    last_read: dict[int, float] = {}          # buffer -> end of its last read
     lines: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
-    dma = _Queues()
-    end = 0.0
+    # DMA transfers take the first free gap of the 16 DMA queues; the other engines run in program order
+    sched = ListSchedule(gap_filling=("dma",))
     ins: Instruction
     for ins in trace.instructions:
-        eng = ins.engine if ins.engine in free else "gpsimd"
+        eng = ins.engine if ins.engine in busy else "gpsimd"
         dur = instruction_ns(eng, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
                              opcode=ins.opcode, shapes=ins.shapes, config=cfg)
-        start = 0.0 if eng == "dma" else free[eng]
-        for b in ins.reads:
-            start = max(start, ready.get(b, 0.0))
-        for b in ins.writes:
-            start = max(start, ready.get(b, 0.0), last_read.get(b, 0.0))
-        if eng == "dma":
-            start = dma.reserve(start, dur)
-            done = start + dur + latency
-        else:
-            done = start + dur
-            free[eng] = done
+        sched.place(eng, dur, ins.reads, ins.writes, latency=latency if eng == "dma" else 0.0)
         busy[eng] += dur
-        for b in ins.reads:
-            last_read[b] = max(last_read.get(b, 0.0), done)
-        for b in ins.writes:
-            ready[b] = done
-        end = max(end, done)
         acc = lines[(ins.file, ins.line)]
         acc[0] += dur
         acc[1] += 1
+    end = sched.end
     per_line = sorted((LineTiming(f, ln, v[0], int(v[1])) for (f, ln), v in lines.items()), key=lambda t: -t.ns)
     launch = cfg.kernel_launch_overhead_ns if trace.instructions else 0.0
     return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=end + launch, per_engine_ns=busy,

@@ -197,7 +197,25 @@ def ops_frame(events: list, *, modules: list[str] | None = None, phases: list[st
         "step": np.asarray(steps if steps is not None else [0] * n, dtype=np.int32),
         "tags": [",".join(e.tags) for e in events],
     })
+    df["reads"], df["writes"] = _storage_columns(events)
     return df
+
+
+def _storage_columns(events: list) -> tuple[list[str | None], list[str | None]]:
+    """The storages each op read and wrote, renumbered 1, 2, ... in order of first use ("3,7"; None when the
+    device did not record them): the model's data dependencies between the ops of one launch."""
+    ids: dict[int, int] = {}
+
+    def enc(v: tuple[int, ...] | None) -> str | None:
+        if v is None:
+            return None
+        return ",".join(str(ids.setdefault(x, len(ids) + 1)) for x in v)
+
+    reads, writes = [], []
+    for e in events:
+        reads.append(enc(e.reads))
+        writes.append(enc(e.writes))
+    return reads, writes
 
 
 def _phase(e: Any) -> str:

@@ -66,6 +66,8 @@ class OpEvent:
     source: str | None = None                   # "file.py:123" of the user code that issued the op
     graph: int = -1                             # compiled-graph launch this op ran in (compile mode), else -1
     tags: tuple[str, ...] = field(default=())   # free-form markers, e.g. ("deterministic",)
+    reads: tuple[int, ...] | None = None        # storages the op read (opaque ids; None = not recorded)
+    writes: tuple[int, ...] | None = None       # storages it wrote: fresh outputs and mutated arguments
 
     @property
     def duration_ns(self) -> int:

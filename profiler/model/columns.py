@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from neuron_studio.device.events import OpEvent
 
 __all__ = ["OpColumns", "ColumnsError", "events_to_columns", "columns_from_mapping", "as_columns",
-           "DERIVED_COLUMNS", "SHAPE_COLUMNS", "ATTN_CAUSAL", "ATTN_DROPOUT", "attention_flags"]
+           "DERIVED_COLUMNS", "SHAPE_COLUMNS", "ATTN_CAUSAL", "ATTN_DROPOUT", "attention_flags", "parse_ids"]
 
 # Precomputed per-op figures an importer may supply instead of shapes (fast path, no per-row Python).
 DERIVED_COLUMNS = ("in_bytes", "out_bytes", "elems", "itemsize", "dtype_class")
@@ -59,6 +59,8 @@ class OpColumns:
     fallback: np.ndarray | None = None
     source: np.ndarray | None = None
     attention: np.ndarray | None = None  # int8 bit flags from the event tags: ATTN_CAUSAL | ATTN_DROPOUT
+    reads: np.ndarray | None = None      # object array: tuple of storage ids each op read (None = unknown)
+    writes: np.ndarray | None = None     # ... and wrote; the schedule orders the ops of one launch by them
 
     def __post_init__(self) -> None:
         n = len(self.seq)
@@ -66,7 +68,7 @@ class OpColumns:
             object.__setattr__(self, "attention", np.zeros(n, dtype=np.int8))
         for f in ("name_code", "start_ns", "end_ns", "core", "flops", "in_bytes", "out_bytes", "elems",
                   "itemsize", "dtype_class", "is_view", "graph", "deterministic", "transfer_bytes",
-                  "sync", "transfer", "fallback", "source", "attention"):
+                  "sync", "transfer", "fallback", "source", "attention", "reads", "writes"):
             a = getattr(self, f)
             if a is not None and len(a) != n:
                 raise ColumnsError(f"column {f!r} has {len(a)} rows, expected {n}")
@@ -99,6 +101,16 @@ def _optional(values: list[Any]) -> np.ndarray | None:
     return arr
 
 
+def _optional_ids(values: list[Any]) -> np.ndarray | None:
+    """Object array of tuples (assigned one by one: numpy would read a list of tuples as a 2-D array)."""
+    if all(v is None for v in values):
+        return None
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
 def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "deterministic") -> OpColumns:
     """Convert OpEvents to OpColumns in one pass (the only per-event Python work in the model)."""
     codes: dict[str, int] = {}
@@ -107,7 +119,7 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
     cols: dict[str, list[Any]] = {k: [] for k in (
         "seq", "name_code", "start_ns", "end_ns", "core", "flops", "in_bytes", "out_bytes", "elems", "itemsize",
         "dtype_class", "is_view", "graph", "deterministic", "transfer_bytes", "sync", "transfer", "fallback",
-        "source", "attention")}
+        "source", "attention", "reads", "writes")}
     a = {k: v.append for k, v in cols.items()}
     for ev in events:
         name = ev.name
@@ -131,6 +143,7 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
         a["deterministic"](deterministic_tag in ev.tags); a["transfer_bytes"](ev.transfer_bytes)
         a["sync"](ev.sync); a["transfer"](ev.transfer); a["fallback"](ev.fallback); a["source"](ev.source)
         a["attention"](attention_flags(ev.tags) if ev.tags else 0)
+        a["reads"](ev.reads); a["writes"](ev.writes)
     names = np.empty(len(codes), dtype=object)
     names[:] = list(codes)
     return OpColumns(
@@ -155,7 +168,34 @@ def events_to_columns(events: Iterable["OpEvent"], *, deterministic_tag: str = "
         fallback=_optional(cols["fallback"]),
         source=_optional(cols["source"]),
         attention=np.asarray(cols["attention"], dtype=np.int8),
+        reads=_optional_ids(cols["reads"]),
+        writes=_optional_ids(cols["writes"]),
     )
+
+
+def parse_ids(value: Any) -> tuple[int, ...] | None:
+    """Storage ids of one row of a `reads`/`writes` column: "3,7" (the trace's form), a sequence of ints, or
+    missing (None/NaN -> None: unknown). Raises ColumnsError on anything else."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if isinstance(value, str):
+        try:
+            return tuple(int(x) for x in value.split(",") if x)
+        except ValueError as exc:
+            raise ColumnsError(f"storage id list {value!r} is not comma-separated integers") from exc
+    try:
+        return tuple(int(x) for x in value)
+    except (TypeError, ValueError) as exc:
+        raise ColumnsError(f"storage id list {value!r} is not a sequence of integers") from exc
+
+
+def _opt_ids(data: Mapping[str, Any], key: str, n: int) -> np.ndarray | None:
+    if key not in data:
+        return None
+    raw = _col(data, key)
+    if len(raw) != n:
+        raise ColumnsError(f"column {key!r} has {len(raw)} rows, expected {n}")
+    return _optional_ids([parse_ids(v) for v in raw])
 
 
 def _col(data: Mapping[str, Any], key: str) -> np.ndarray:
@@ -185,7 +225,8 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
     Needs seq, name, start_ns, end_ns, device_index, plus either the derived columns (in_bytes, out_bytes,
     elems, itemsize, dtype_class: vectorised, no per-row Python) or the shape columns (input_shapes,
     input_dtypes, output_shapes, output_dtypes: one Python pass per row). Optional: flops, is_view, graph,
-    tags or deterministic, transfer_bytes, sync, transfer, fallback, source.
+    tags or deterministic, transfer_bytes, sync, transfer, fallback, source, reads and writes (storage ids
+    per op, "3,7"; without them the ops of one launch are scheduled one after another).
     """
     keys = set(data.keys())
     missing = [k for k in _REQUIRED if k not in keys]
@@ -258,6 +299,7 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
         deterministic=det, transfer_bytes=num("transfer_bytes", np.float64, 0.0),
         sync=_opt_obj(data, "sync", n), transfer=_opt_obj(data, "transfer", n),
         fallback=_opt_obj(data, "fallback", n), source=_opt_obj(data, "source", n), attention=attn,
+        reads=_opt_ids(data, "reads", n), writes=_opt_ids(data, "writes", n),
     )
 
 

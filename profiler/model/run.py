@@ -134,8 +134,9 @@ def _recompile_count(recompiles: int | Sequence[Any]) -> int:
 def _step_range(s: Schedule, t: Any, cfg: ModelConfig, rates: Any) -> tuple[float, float, dict[str, str]]:
     """Step time with the unmeasured assumptions (`ModelConfig.RANGES`) at their low and high values.
 
-    Exact for the in-order per-core timeline: each core's end moves by (its launches x the launch-cost change)
-    + (its collective latencies x the latency-scale change)."""
+    Launches run one after another on a core, so each core's end moves by exactly (its launches x the launch-cost
+    change); it moves by at most (its collective latencies x the latency-scale change), exactly when its
+    collectives do not overlap other work: where they do, the range is a bound (wider, never narrower)."""
     n = len(s.core)
     if not n:
         return 0.0, 0.0, {}
@@ -204,7 +205,8 @@ def model_run(
     h_ovh = np.where(h_launch, cfg.h100_launch_overhead_ns, 0.0)
     lpc = rates.logical_cores_per_chip
     chip_of = s.core // lpc
-    ht = retime(s, h_rates, cfg, launch_overhead_ns=h_ovh, engine=h_eng, host_fallback=False, track=chip_of)
+    ht = retime(s, h_rates, cfg, launch_overhead_ns=h_ovh, engine=h_eng, host_fallback=False, track=chip_of,
+                overlap=False)
 
     # Groups (sorted order), renumbered by their first row's input position.
     gstart = np.flatnonzero(s.brk)
@@ -228,8 +230,8 @@ def model_run(
         "last_row": to_input(gend)[rank],
         "n_ops": (gend - gstart + 1)[rank],
         "launches": launches_per[rank],
-        "start_ns": (t.start_ns[gstart] - s.launch_overhead_ns[gstart])[rank],
-        "end_ns": t.end_ns[gend][rank],
+        "start_ns": t.group_start_ns[rank] if n else np.zeros(0),
+        "end_ns": t.group_end_ns[rank] if n else np.zeros(0),
         "reason": reason[rank],
         "boundary_row": np.where(bnd_sorted >= 0, to_input(np.maximum(bnd_sorted, 0)), -1)[rank],
     }

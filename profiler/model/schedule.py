@@ -1,7 +1,8 @@
 """Launch grouping, per-op durations and the per-core timeline, all on numpy columns.
 
 Pipeline (each step a pure function of arrays): engines → groups (mode rules) → launches → HBM traffic after
-fusion → durations on one chip → in-order per-core timeline. The same groups are re-timed on the H100 spec.
+fusion → durations on one chip → per-core timeline (launches in order, the ops of one launch list-scheduled over the engines). The same groups
+are re-timed on the H100 spec.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from neuron_studio.profiler.model.columns import OpColumns
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
+from neuron_studio.profiler.model.layout import lay_out
 from neuron_studio.hardware import ChipSpec, SpecError
 from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
 from neuron_studio.profiler.model.ops import (
@@ -110,6 +112,8 @@ class Schedule:
     host_mask_elems: np.ndarray | None = None  # random elements the host draws for this device op (dropout)
     rng_elems: np.ndarray | None = None   # random elements a CPU-fallback RNG op draws
     is_attention: np.ndarray | None = None  # scaled-dot-product attention rows (`elems` = score elements)
+    reads: np.ndarray | None = None       # storages each row read (tuples; None = unknown), for the engine schedule
+    writes: np.ndarray | None = None      # ... and wrote
 
 
 def _not_none(a: np.ndarray | None, n: int) -> np.ndarray:
@@ -270,6 +274,8 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         attention=_take(cols.attention, order) if cols.attention is not None else np.zeros(n, dtype=np.int8),
         host_mask_elems=np.where(host_mask, elems, 0.0), rng_elems=np.where(is_rng, elems, 0.0),
         is_attention=_per_name(cols, order, lambda nm: "scaled_dot_product" in nm) & (eng_by_name == E_TENSOR),
+        reads=None if cols.reads is None else _take(cols.reads, order),
+        writes=None if cols.writes is None else _take(cols.writes, order),
     )
 
 
@@ -295,16 +301,21 @@ class Timing:
     start_ns: np.ndarray
     end_ns: np.ndarray
     bound: np.ndarray
-    core_end_ns: np.ndarray      # end of the last op per core (cores in sorted order)
+    core_end_ns: np.ndarray      # end of the last launch per track (cores in sorted order)
     host_mask_ns: np.ndarray | None = None  # part of `duration_ns` the host spends drawing a device op's mask
+    group_start_ns: np.ndarray | None = None  # when each group's launch begins (overhead included)
+    group_end_ns: np.ndarray | None = None    # when its last op ends (ops of one launch overlap)
 
 
 def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhead_ns: np.ndarray | None = None,
-           engine: np.ndarray | None = None, host_fallback: bool = True, track: np.ndarray | None = None) -> Timing:
-    """Durations of every row on one chip's rates and the in-order timeline per track (core by default).
+           engine: np.ndarray | None = None, host_fallback: bool = True, track: np.ndarray | None = None,
+           overlap: bool = True) -> Timing:
+    """Durations of every row on one chip's rates and the timeline per track (core by default): launches in
+    order, the ops of one launch list-scheduled over the engines by their data dependencies (`layout`).
 
     `engine`/`host_fallback=False` re-time CPU-fallback rows as device ops (for the H100 comparison, where
-    those ops run natively); `track` maps rows to timeline tracks (e.g. several NeuronCores → one GPU).
+    those ops run natively); `track` maps rows to timeline tracks (e.g. several NeuronCores → one GPU);
+    `overlap=False` runs the ops of a launch one after another (one GPU stream).
     """
     eng = s.engine if engine is None else engine
     ovh = s.launch_overhead_ns if launch_overhead_ns is None else launch_overhead_ns
@@ -375,20 +386,15 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
     bound[eng == E_NONE] = B_NONE
     bound[fb] = B_FALLBACK
 
-    tr = s.core if track is None else track
-    step = ovh + dur
-    cum = np.cumsum(step)
     if track is None:
         starts = s.core_start
     else:
         starts = np.ones(n, dtype=bool)
         if n > 1:
-            starts[1:] = tr[1:] != tr[:-1]
-    first = np.flatnonzero(starts)
-    offsets = cum[first] - step[first]
-    tid = np.cumsum(starts) - 1
-    end = cum - offsets[tid] if n else cum
-    start = end - dur
-    last = np.concatenate((first[1:], [n])) - 1 if n else first
-    return Timing(compute_ns=comp, memory_ns=mem, duration_ns=dur, start_ns=start, end_ns=end, bound=bound,
-                  core_end_ns=end[last] if n else np.zeros(0), host_mask_ns=mask_ns)
+            starts[1:] = track[1:] != track[:-1]
+    on_hbm = dev if coll is None else dev & ~coll
+    lay = lay_out(s.group, starts, ovh, dur, engine=eng if overlap else None, hbm_ns=np.where(on_hbm, mem, 0.0),
+                  reads=s.reads, writes=s.writes, no_engine=E_NONE, collective=coll)
+    return Timing(compute_ns=comp, memory_ns=mem, duration_ns=dur, start_ns=lay.start_ns, end_ns=lay.end_ns,
+                  bound=bound, core_end_ns=lay.track_end_ns, group_start_ns=lay.group_start_ns,
+                  group_end_ns=lay.group_end_ns, host_mask_ns=mask_ns)

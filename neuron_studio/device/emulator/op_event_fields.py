@@ -1,4 +1,5 @@
-"""The fields of an OpEvent computed from an op's arguments: shapes, dtype names, FLOPs, backward tags.
+"""The fields of an OpEvent computed from an op's arguments: shapes, dtype names, FLOPs, backward tags and the
+storages the op reads and writes.
 
 Pure functions of the op and its (unwrapped) arguments, kept apart from the tensor subclass's dispatch.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.utils.flop_counter import flop_registry
 
-__all__ = ["dtype_name", "describe", "flops", "backward_tags", "cache_dtype_names"]
+__all__ = ["dtype_name", "describe", "flops", "backward_tags", "cache_dtype_names", "storage_ids"]
 
 _Tensor = torch.Tensor
 
@@ -45,6 +46,40 @@ def flops(func, uargs, kw, out) -> int:  # noqa: ANN001
         return int(fn(*uargs, **kw, out_val=out))
     except Exception:  # flop formulas reject some argument forms; a missing count is not an error
         return 0
+
+
+def _storages(value, into: dict) -> None:  # noqa: ANN001
+    if isinstance(value, _Tensor):
+        into[value.untyped_storage()._cdata] = None
+    elif isinstance(value, (list, tuple)):
+        for x in value:
+            if isinstance(x, _Tensor):
+                into[x.untyped_storage()._cdata] = None
+
+
+def storage_ids(func, uargs, kw, outs) -> tuple[tuple[int, ...], tuple[int, ...]]:  # noqa: ANN001
+    """(storages read, storages written) by one op, as opaque ids (the storage's identity; views share it).
+
+    Read: every tensor argument. Written: the fresh outputs (returns the schema does not alias to an argument)
+    and the arguments the schema marks as mutated (in-place self, out=, foreach lists). A view writes nothing.
+    The model schedules the ops of one launch over the engines from these facts (data dependencies)."""
+    reads: dict = {}
+    for v in uargs:
+        _storages(v, reads)
+    if kw:
+        for v in kw.values():
+            _storages(v, reads)
+    writes: dict = {}
+    schema = func._schema
+    for i, arg in enumerate(schema.arguments):
+        alias = arg.alias_info
+        if alias is not None and alias.is_write:
+            _storages(uargs[i] if i < len(uargs) else (kw or {}).get(arg.name), writes)
+    rets = schema.returns
+    for i, o in enumerate(outs):
+        if i >= len(rets) or rets[i].alias_info is None:
+            _storages(o, writes)
+    return tuple(reads), tuple(writes)
 
 
 def backward_tags() -> tuple[str, ...]:

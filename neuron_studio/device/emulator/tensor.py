@@ -26,6 +26,7 @@ from neuron_studio.device.emulator.op_event_fields import (
     describe,
     dtype_name,
     flops,
+    storage_ids,
 )
 from neuron_studio.device.emulator.op_kinds import COPY_OPS, DATA_DEPENDENT_OPS, INDEX_OPS
 from neuron_studio.device.emulator.storage import device_storage, host_storage
@@ -452,6 +453,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
+    reads, writes = storage_ids(func, uargs, kw, outs)
     event = ev.OpEvent(
         seq=bus.next_seq(),
         name=name,
@@ -474,6 +476,8 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         source=user_source(4) if bus.want_source else None,
         graph=bus.current_graph,
         tags=tags,
+        reads=reads,
+        writes=writes,
     )
     extra = RECORD_EXTRA.get(func)
     if extra is not None:  # e.g. collectives: message size and group tags
