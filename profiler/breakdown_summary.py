@@ -47,7 +47,7 @@ def breakdown_block(prof: Any) -> dict[str, Any]:
 
 
 def what_if_block(prof: Any) -> dict[str, Any]:
-    """The advisor's rows (or why there are none), best predicted step first after the profile's own row."""
+    """The advisor's rows (or why there are none) and `best`: the fastest predicted variant on the profiled chip."""
     n_ops = len(prof.trace.ops)
     if n_ops > WHAT_IF_INLINE_MAX_OPS:
         return {"rows": [], "note": f"not computed inline for {n_ops:,} ops (re-modeling them nine times would "
@@ -65,7 +65,9 @@ def what_if_block(prof: Any) -> dict[str, Any]:
                      "step_time_high_ns": _num(r.step_time_high_ns), "speedup": _num(r.speedup), "mfu": _num(r.mfu),
                      "cost_per_1000_steps_usd": _num(r.cost_per_1000_steps_usd), "current": bool(r.current),
                      "basis": r.basis, "run": r.run})
-    others = [r for r in rows if not r["current"] and r["step_time_ns"]]
+    # the change to make in the code (mode, kernel) on the chip profiled; other chips are for comparison
+    chip = next((r["chip"] for r in rows if r["current"]), None)
+    others = [r for r in rows if not r["current"] and r["step_time_ns"] and r["chip"] == chip]
     best = min(others, key=lambda r: r["step_time_ns"], default=None)
     return {"rows": rows, "best": None if best is None else best["variant"],
             "modeled": bool(prof.modeled_figures), "note": None}

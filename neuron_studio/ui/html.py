@@ -18,6 +18,7 @@ from typing import Any
 
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt_usd
+from neuron_studio.ui.breakdown_html import breakdown_view, justified_ops, what_if_view
 from neuron_studio.ui.memory_html import memory_line, memory_view
 from neuron_studio.ui.templating import ENGINE_COLORS, render_template
 
@@ -43,6 +44,8 @@ def profile_tabs(s: dict) -> list[Tab]:
     tabs = [Tab("Summary", "tabs/summary.html"), Tab("Timeline", "tabs/timeline.html", {"timeline": timeline_view(s)}),
             Tab("Op table", "tabs/op_table.html"), Tab("Hot path", "tabs/hot_path.html"),
             Tab("Fallbacks & syncs", "tabs/issues.html"), Tab("Diff", "tabs/diff.html")]
+    if isinstance(s.get("what_if"), dict) and s["what_if"]:
+        tabs.insert(len(tabs) - 1, Tab("What if", "tabs/what_if.html", {"what_if": what_if_view(s)}))
     if isinstance(s.get("memory"), dict) and s["memory"]:
         tabs.insert(len(tabs) - 1, Tab("Memory", "tabs/memory.html", {"memory": memory_view(s["memory"])}))
     ranks = s.get("ranks_analysis")
@@ -153,10 +156,13 @@ def render_html(s: dict) -> str:
     modeled = s.get("modeled", True) is not False
     badges = s.get("badges") if isinstance(s.get("badges"), dict) else {}
     drivers = s.get("range_drivers") if isinstance(s.get("range_drivers"), dict) else {}
-    return render_template("profile.html", s=s, uid=uid, modeled=modeled, status=s.get("status") or "ok",
+    tabs = profile_tabs(s)
+    tab_index = {t.label: i for i, t in enumerate(tabs)}
+    return render_template("profile.html", s=s, uid=uid, breakdown=breakdown_view(s, tab_index),
+                           justified=justified_ops(s), modeled=modeled, status=s.get("status") or "ok",
                            calibration_error=as_number(s.get("calibration_error")) if modeled else None,
                            range_drivers=[str(v) for v in drivers.values()],
-                           badges=badges, key_figures=_key_figures(s, modeled), tabs=profile_tabs(s),
+                           badges=badges, key_figures=_key_figures(s, modeled), tabs=tabs,
                            measured=None if modeled else measured_view(s),
                            imported=s.get("backend") == "imported", source_line=source_line(s),
                            hot_basis=s.get("hot_basis") or "modeled device time")

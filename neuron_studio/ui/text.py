@@ -6,7 +6,7 @@ from typing import Any
 from neuron_studio.ui.formatting import fmt_ns, fmt_pct
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
-__all__ = ["render_text", "render_ranks_text"]
+__all__ = ["render_text", "render_ranks_text", "breakdown_lines"]
 
 
 def _pct(v: Any) -> str:
@@ -63,6 +63,7 @@ def render_text(s: dict, *, top: int = 5) -> str:
         f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
         "  engines: " + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
     ]
+    lines.extend(breakdown_lines(s))
     b = s.get("badges") or {}
     lines.append(f"  fallbacks {b.get('fallbacks', 0)}   sync points {b.get('sync_points', 0)}   "
                  f"recompiles {b.get('recompiles', 0)}")
@@ -103,6 +104,34 @@ def render_text(s: dict, *, top: int = 5) -> str:
     if s.get("ranks_analysis"):
         lines.append(render_ranks_text(s["ranks_analysis"]))
     return "\n".join(lines)
+
+
+def breakdown_lines(s: dict) -> list[str]:
+    """Where the step goes (parts adding up to the step, undetermined ones said so), the recommendations and
+    the what-if advisor's best variant with the line that runs it."""
+    b = s.get("breakdown")
+    if not isinstance(b, dict) or not b:
+        return []
+    if b.get("step_time_ns") is None:
+        return [f"  step breakdown: not available: {' '.join(str(n) for n in b.get('notes') or [])}"]
+    parts = [p for p in b.get("parts") or [] if isinstance(p, dict)]
+    shown = [f"{p.get('label')} {_pct(p.get('share'))}" for p in parts
+             if p.get("determined", True) is not False and (p.get("share") or 0) > 0]
+    undet = [str(p.get("label")) for p in parts if p.get("determined", True) is False]
+    lines = [f"  where the step goes ({b.get('basis')}, {fmt_ns(b.get('step_time_ns'))}): " + ", ".join(shown)
+             + (f"; not determined: {', '.join(undet)}" if undet else "")]
+    for r in b.get("recommendations") or []:
+        lines.append(f"    -> {r.get('text')}")
+    w = s.get("what_if") if isinstance(s.get("what_if"), dict) else {}
+    rows = [r for r in w.get("rows") or [] if isinstance(r, dict)]
+    best = next((r for r in rows if r.get("variant") == w.get("best")), None)
+    cur = next((r for r in rows if r.get("current")), None)
+    if best and cur and best.get("step_time_ns") and cur.get("step_time_ns") \
+            and best["step_time_ns"] < cur["step_time_ns"]:
+        approx = ", approximate" if "approximate" in str(best.get("basis")) else ""
+        lines.append(f"  what if (modeled{approx}): {best.get('variant')} {fmt_ns(best['step_time_ns'])}/step "
+                     f"({cur['step_time_ns'] / best['step_time_ns']:.1f}x faster): {best.get('run')}")
+    return lines
 
 
 def render_ranks_text(block: dict) -> str:
