@@ -188,3 +188,42 @@ def test_imported_gpu_trace_uses_measured_gpu_time_per_step():
         clipped = [(max(s, int(r.start_ns)), min(e, int(r.end_ns))) for s, e in kernels]
         assert r.compute == truth._length(truth._union([(s, e) for s, e in clipped if e > s]))
         assert r.compute + r.collective + r.transfer + r.idle == pytest.approx(r.step_ns, rel=1e-12)
+
+
+def _merged_length(intervals: list[tuple[float, float]]) -> float:
+    """Plain-Python union length (sort, merge), independent of the numpy helpers."""
+    total, cur = 0.0, None
+    for s, e in sorted(intervals):
+        if cur is None or s > cur[1]:
+            if cur is not None:
+                total += cur[1] - cur[0]
+            cur = [s, e]
+        else:
+            cur[1] = max(cur[1], e)
+    return total + (cur[1] - cur[0] if cur else 0.0)
+
+
+def test_adaptive_groups_overlap_engines_and_compute_counts_them_once():
+    from tests.models.blocks import TransformerBlock
+
+    torch.manual_seed(0)
+    model = TransformerBlock(64, 4).to("neuron")
+    x = torch.randn(2, 32, 64, device="neuron")
+
+    def step():
+        with torch.no_grad():
+            model(x)
+
+    prof = profile(step, steps=2, warmup=1, mode="adaptive", chip="trn2")
+    d = prof.device_run.ops_frame()
+    t = prof.trace.ops
+    dev = d["engine"].isin(["tensor", "vector", "scalar", "gpsimd", "dma"]) & t["sync"].isna() \
+        & t["transfer"].isna() & t["fallback"].isna()
+    iv = [(s + m, e) for s, e, m in zip(d["start_ns"][dev], d["end_ns"][dev], d["host_mask_ns"][dev]) if e > s + m]
+    union = _merged_length(iv)
+    summed = sum(e - s for s, e in iv)
+    bd = prof.step_breakdown()
+    assert bd.part("compute").ns == pytest.approx(union / prof.steps, rel=1e-9)
+    assert sum(p.ns for p in bd.parts) == pytest.approx(prof.step_time_ns, rel=1e-12)
+    assert summed > union * 1.01           # the model overlaps engines inside a group (issue 16) ...
+    assert bd.part("compute").ns < summed / prof.steps    # ... and the bar does not count them twice
