@@ -17,6 +17,7 @@ import pandas as pd
 
 from neuron_studio.hardware import chip_spec, trainium_chips
 from neuron_studio.profiler.analysis.memory import device_rows, memory_peak
+from neuron_studio.profiler.analysis.memory_sharding import fsdp_units, gathered_bytes, zero1_rank_state
 
 __all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "forecast_from_peak", "chip_fits", "fmt_bytes"]
 
@@ -289,21 +290,39 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
     shard_assumption = (f"even shards over {n_shards} logical cores (one {chip} chip at LNC={lnc_used}); "
                         "communication buffers are not counted")
     if opt.max() > 0:
-        add("zero1", f"shard optimizer state over {n_shards} cores (ZeRO-1)", (rp.total - keep * opt).max(),
+        owned, unmatched = zero1_rank_state(rows, rp.category, n_shards)
+        zero1 = rp.total - opt + rp.live(owned) + rp.live(unmatched) / n_shards
+        add("zero1", f"shard optimizer state over {n_shards} cores (ZeRO-1)", zero1.max(),
             "torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=...) in a "
             f"{n_shards}-process job (neuron-studio run -- torchrun --nproc-per-node {n_shards} ...)",
-            shard_assumption, factor=float(n_shards))
+            f"ZeroRedundancyOptimizer's partition over {n_shards} logical cores (one {chip} chip at "
+            f"LNC={lnc_used}): each parameter's state on one core, largest parameters first to the least loaded "
+            "core; the figure is the core holding the most; communication buffers are not counted",
+            factor=float(n_shards))
+    units = fsdp_units(rows, module_classes or {})
+    wrap = _wrap_text(units, module_classes or {})
+    unit_assumption = (f"FSDP units: {wrap}; " if units else "FSDP unit: the whole model (no repeated block); ")
+    sharded = rp.total - keep * (opt + grad + param)
     if opt.max() > 0 or grad.max() > 0:
-        add("zero2", f"shard optimizer state and gradients over {n_shards} cores (ZeRO-2)",
-            (rp.total - keep * (opt + grad)).max(),
-            "FSDP2 fully_shard(..., reshard_after_forward=False) or DeepSpeed ZeRO stage 2",
-            shard_assumption, factor=float(n_shards))
+        zero2 = sharded + gathered_bytes(rows, rp.category, units, shards=n_shards, reshard_after_forward=False)
+        add("zero2", f"shard optimizer state and gradients over {n_shards} cores (ZeRO-2: FSDP2 without "
+            "resharding after forward)", zero2.max(),
+            f"fully_shard(m, reshard_after_forward=False) on {wrap}, then fully_shard(model, "
+            "reshard_after_forward=False) (torch's ZeRO-2 / FSDP1 SHARD_GRAD_OP)",
+            shard_assumption + "; " + unit_assumption + "each unit's parameters are gathered (full size, next to "
+            "their shard) from its forward until its backward ends; gradients are full size until their unit's "
+            "backward ends, then 1/N; FSDP2's all-gather/reduce-scatter staging copies and backward prefetch are "
+            "not modeled", modules=units, factor=float(n_shards))
     if param.max() > 0:
-        add("fsdp", f"shard parameters too over {n_shards} cores (FSDP / ZeRO-3)",
-            (rp.total - keep * (opt + grad + param)).max() + keep * _largest_unit_params(rows, module_classes or {}),
-            "torch.distributed.fsdp.fully_shard on each block, then on the model",
-            shard_assumption + "; one unit's parameters are gathered at a time (the largest repeated block, "
-            "else the whole model)", factor=float(n_shards))
+        fsdp = sharded + gathered_bytes(rows, rp.category, units, shards=n_shards, reshard_after_forward=True)
+        add("fsdp", f"shard parameters, gradients and optimizer state over {n_shards} cores (FSDP2 / ZeRO-3)",
+            fsdp.max(), f"fully_shard(m) on {wrap}, then fully_shard(model)",
+            shard_assumption + "; " + unit_assumption + "a unit's parameters are gathered for its forward and "
+            "again for its backward; the model's own (root) unit is not resharded after forward, so its "
+            "parameters stay gathered from the start of the forward pass to the end of the backward pass; "
+            "gradients are full size until their unit's backward ends, then 1/N; FSDP2's all-gather/"
+            "reduce-scatter staging copies and backward prefetch are not modeled", modules=units,
+            factor=float(n_shards))
     if opt.max() > 0:
         add("cpu_offload", "keep optimizer state on the host (CPU offload)", (rp.total - opt).max(),
             "run the optimizer step on host copies (DeepSpeed ZeRO-Offload, or a CPU AdamW over .cpu() "
@@ -340,19 +359,9 @@ def forecast_from_peak(peak_bytes: int, *, chip: str = "trn2", lnc: int | None =
         modeled=False)
 
 
-def _largest_unit_params(rows: pd.DataFrame, classes: dict[str, str]) -> int:
-    """Parameter bytes of the largest repeated block (what FSDP gathers at once), else of all parameters."""
-    params = rows[(rows["kind"] >= 0) & (rows["category"] == "parameter")]
-    names = params["name"].fillna("").tolist()
-    sizes = params["nbytes"].tolist()
-    groups: dict[tuple[str, str], list[str]] = {}
-    for path, cls in classes.items():
-        if "." in path:
-            groups.setdefault((path.rsplit(".", 1)[0], cls), []).append(path)
-    best = 0
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        for m in members:
-            best = max(best, sum(s for n, s in zip(names, sizes) if n.startswith(m + ".")))
-    return best or int(sum(sizes))
+def _wrap_text(units: tuple[str, ...], classes: dict[str, str]) -> str:
+    """'each of the 4 PreNormBlock modules under GPT.blocks' (what the FSDP levers wrap before the model)."""
+    if not units:
+        return "no submodule"
+    label = classes.get(units[0], "").split(":")[0] or "repeated"
+    return f"each of the {len(units)} {label} modules under {units[0].rsplit('.', 1)[0]}"
