@@ -26,7 +26,7 @@ from typing import Any
 
 __all__ = ["CATEGORIES", "normal_category", "is_op_name", "GPU_CATEGORIES", "RUNTIME_CATEGORIES",
            "STEP_CATEGORIES", "TraceIdentity", "trace_identity", "metadata_names", "memory_summary",
-           "flow_summary", "gpu_kind", "EPOCH_US_MIN"]
+           "MemoryTally", "flow_summary", "flow_summary_of_counts", "gpu_kind", "EPOCH_US_MIN"]
 
 CATEGORIES: dict[str, str] = {
     # 2021 (PyTorch 1.8/1.9)
@@ -153,43 +153,61 @@ def memory_summary(i_events: list) -> list[dict]:
     """Per device, from the `[memory]` instant events: allocations, frees and the peak allocated bytes (the
     "Total Allocated" kineto writes since 2022, else the running sum of "Bytes", which starts at the first
     recorded event and so is a lower bound)."""
-    per: dict[tuple, dict] = {}
-    for ev in i_events:
-        if ev.get("name") != "[memory]":
-            continue
-        a = ev.get("args")
-        if type(a) is not dict:
-            continue
-        b = a.get("Bytes")
-        if type(b) not in (int, float):
-            continue
-        key = (a.get("Device Type"), a.get("Device Id"))
-        d = per.setdefault(key, {"device_type": key[0], "device_id": key[1], "events": 0, "allocated_bytes": 0,
-                                 "freed_bytes": 0, "running": 0, "peak_bytes": 0, "from": "running sum"})
-        d["events"] += 1
-        if b >= 0:
-            d["allocated_bytes"] += b
-        else:
-            d["freed_bytes"] -= b
-        total = a.get("Total Allocated")
-        if type(total) in (int, float):
-            d["from"] = "Total Allocated"
-            d["peak_bytes"] = max(d["peak_bytes"], total)
-        else:
-            d["running"] += b
-            d["peak_bytes"] = max(d["peak_bytes"], d["running"])
-    out = []
-    for d in per.values():
-        d.pop("running")
-        d["device"] = "cpu" if d["device_type"] in (0, None) else f"device {d['device_id']}"
-        out.append(d)
-    return out
+    tally = MemoryTally()
+    tally.add(i_events)
+    return tally.summary()
+
+
+class MemoryTally:
+    """`memory_summary` fed in pieces (a trace read in chunks), in event order."""
+
+    def __init__(self) -> None:
+        self.per: dict[tuple, dict] = {}
+
+    def add(self, i_events: list) -> None:
+        per = self.per
+        for ev in i_events:
+            if ev.get("name") != "[memory]":
+                continue
+            a = ev.get("args")
+            if type(a) is not dict:
+                continue
+            b = a.get("Bytes")
+            if type(b) not in (int, float):
+                continue
+            key = (a.get("Device Type"), a.get("Device Id"))
+            d = per.setdefault(key, {"device_type": key[0], "device_id": key[1], "events": 0, "allocated_bytes": 0,
+                                     "freed_bytes": 0, "running": 0, "peak_bytes": 0, "from": "running sum"})
+            d["events"] += 1
+            if b >= 0:
+                d["allocated_bytes"] += b
+            else:
+                d["freed_bytes"] -= b
+            total = a.get("Total Allocated")
+            if type(total) in (int, float):
+                d["from"] = "Total Allocated"
+                d["peak_bytes"] = max(d["peak_bytes"], total)
+            else:
+                d["running"] += b
+                d["peak_bytes"] = max(d["peak_bytes"], d["running"])
+
+    def summary(self) -> list[dict]:
+        out = []
+        for d in self.per.values():
+            d = {k: v for k, v in d.items() if k != "running"}
+            d["device"] = "cpu" if d["device_type"] in (0, None) else f"device {d['device_id']}"
+            out.append(d)
+        return out
 
 
 def flow_summary(s_events: list) -> dict[str, int]:
     """Flow event pairs by kind (their start events counted): `ac2g` (runtime → GPU, the same ids as the
     `correlation` args the analyses join on) and `fwdbwd` (forward op → its backward)."""
-    counts = Counter(str(ev.get("cat", "")) for ev in s_events)
+    return flow_summary_of_counts(Counter(str(ev.get("cat", "")) for ev in s_events))
+
+
+def flow_summary_of_counts(counts: Counter) -> dict[str, int]:
+    """`flow_summary` from the start events' counts per category as written (in order of first appearance)."""
     out: dict[str, int] = {}
     for cat, k in counts.items():
         name = normal_category(cat)

@@ -5,32 +5,33 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 from pathlib import Path
 from typing import Any, Iterator
 
+from neuron_studio.profiler.importers.chunked_columns import stream_trace
 from neuron_studio.profiler.importers.common import BadTrace
+from neuron_studio.profiler.importers.json_stream import NotStreamable
 from neuron_studio.profiler.importers.json_text import json_text, load_json
 from neuron_studio.profiler.importers.studio_formats import read_parquet_dir, studio_chrome_trace
 from neuron_studio.profiler.importers.torch_chrome import plain_chrome_trace
 from neuron_studio.profiler.importers.torch_events import needs_raw_text
 from neuron_studio.profiler.trace import Trace, TraceFormatError
 
-__all__ = ["read_trace", "read_trace_bytes", "trace_from_chrome"]
+__all__ = ["read_trace", "read_trace_bytes", "read_trace_whole", "trace_from_chrome"]
 
 
 def read_trace(path: str | os.PathLike) -> Trace:
-    """Read a trace file or directory (format detected from the content)."""
+    """Read a trace file or directory (format detected from the content). A plain torch.profiler trace is
+    read in bounded pieces (`chunked_columns`); anything else, or a file failing a check, is read whole."""
     p = Path(path)
     name = p.name or str(p)
     try:
         if p.is_dir():
             return _guard(name, lambda: read_parquet_dir(p))
         with _gc_paused():
-            # the file's bytes live only while they are parsed (a 1M-event trace is ~250 MB), unless its
-            # timestamps need their decimal text to be exact
-            doc, raw = _guard(name, lambda: _parse(p.read_bytes()))
-            return trace_from_chrome(doc, name=name, raw=raw)
+            return _streamed(lambda: open(p, "rb"), lambda: p.read_bytes(), name)
     except OSError as e:
         raise TraceFormatError(f"{name}: cannot be read ({e.strerror or e})") from None
 
@@ -38,8 +39,42 @@ def read_trace(path: str | os.PathLike) -> Trace:
 def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
     """Read a Chrome trace JSON document (optionally gzip-compressed) held in memory."""
     with _gc_paused():
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return _streamed(lambda: io.BytesIO(data), lambda: data, name)
         doc, raw = _guard(name, lambda: _parse(data))
         return trace_from_chrome(doc, name=name, raw=raw)
+
+
+def read_trace_whole(path: str | os.PathLike) -> Trace:
+    """`read_trace` holding the whole parsed document (the reader before streaming; kept as the reference
+    the streaming reader is tested and benchmarked against)."""
+    p = Path(path)
+    name = p.name or str(p)
+    try:
+        if p.is_dir():
+            return _guard(name, lambda: read_parquet_dir(p))
+        with _gc_paused():
+            doc, raw = _guard(name, lambda: _parse(p.read_bytes()))
+            return trace_from_chrome(doc, name=name, raw=raw)
+    except OSError as e:
+        raise TraceFormatError(f"{name}: cannot be read ({e.strerror or e})") from None
+
+
+def _streamed(opener: Any, whole: Any, name: str) -> Trace:
+    """Stream the document; read it whole when it is not a plain Chrome trace or fails a check."""
+    def stream() -> Trace | None:
+        try:
+            with opener() as fh:
+                return stream_trace(fh, name)
+        except NotStreamable:
+            return None
+
+    trace = _guard(name, stream)
+    if trace is not None:
+        return trace
+    # the file's bytes live only while they are parsed, unless its timestamps need their decimal text
+    doc, raw = _guard(name, lambda: _parse(whole()))
+    return trace_from_chrome(doc, name=name, raw=raw)
 
 
 def _parse(data: bytes) -> tuple[Any, bytes | None]:

@@ -68,15 +68,16 @@ def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
     return arr
 
 
-def _intern_ids(values: Any, what: str, where: _Where) -> tuple[np.ndarray, dict]:
+def _intern_ids(values: Any, what: str, where: _Where, names: dict | None = None) -> tuple[np.ndarray, dict]:
     """pid/tid values → int64 (ints as given, decimal strings such as 2021's "25738" as their number; other
-    strings such as "Spans" or "stream 7" numbered above 2**40)."""
+    strings such as "Spans" or "stream 7" numbered above 2**40, in order of first appearance; `names` carries
+    that numbering across calls)."""
     kinds = set(map(type, values))
     if kinds <= {int}:
         if values and (max(values) > _INT64_MAX or min(values) < -_INT64_MAX):
             _fail_first(values, lambda v: -_INT64_MAX <= v <= _INT64_MAX, f"{what} out of range", where)
-        return np.asarray(values, dtype=np.int64), {}
-    names: dict[str, int] = {}
+        return np.asarray(values, dtype=np.int64), ({} if names is None else names)
+    names = {} if names is None else names
     out = np.empty(len(values), dtype=np.int64)
     for j, v in enumerate(values):
         if type(v) is int and -_INT64_MAX <= v <= _INT64_MAX:
@@ -159,7 +160,7 @@ def _pair_begin_end(evs: list[dict], pos: list[int]) -> list[dict]:
 class _Events:
     """The complete events as columns: names, categories, ns times from the first event, interned threads."""
 
-    xs: list[dict]
+    n: int                    # complete events (X, then matched B/E pairs)
     name: np.ndarray
     cat: np.ndarray
     start_ns: np.ndarray
@@ -175,10 +176,6 @@ class _Events:
     cat_uni: list
     name_codes: np.ndarray
     name_uni: Any
-
-    @property
-    def n(self) -> int:
-        return len(self.xs)
 
     def cat_is(self, value: str) -> np.ndarray:
         return self.cat_codes == self.cat_uni.index(value) if value in self.cat_uni else np.zeros(self.n, dtype=bool)
@@ -241,19 +238,30 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
     pids, _ = _intern_ids(pid_l, "pid", where)
     name_arr = np.asarray(names, dtype=object)
     name_codes, name_uni = pd.factorize(name_arr)
-    return _Events(xs=xs, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
+    return _Events(n=n, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
                    dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, pids=pids,
                    keep=keep, t0=t0, origin_ns=origin, timestamps=timestamps,
                    cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni)
 
 
 # -- host rows and op rows --------------------------------------------------------------------------------------
-def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray) -> pd.DataFrame:
+def gpu_rows(cat_codes: np.ndarray, cat_uni: list, keep: np.ndarray) -> np.ndarray:
+    """Rows of GPU activity and runtime calls: the events whose args the analyses join on."""
+    return np.flatnonzero(keep & np.isin(cat_codes, [cat_uni.index(c) for c in
+                                                     kineto.GPU_CATEGORIES + kineto.RUNTIME_CATEGORIES
+                                                     if c in cat_uni]))
+
+
+def op_arg_values(args: list[dict]) -> tuple[list, list]:
+    """Per op row's args: "Input Dims" as text (None when not recorded) and its FLOPs (0 when absent/absurd)."""
+    dims = [a.get("Input Dims") for a in args]
+    fl_raw = [a.get("flops", 0) for a in args]
+    return ([str(d) if type(d) is list else None for d in dims],
+            [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw])
+
+
+def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray, extra: dict) -> pd.DataFrame:
     keep = ev.keep
-    wanted = np.flatnonzero(keep & np.isin(ev.cat_codes, [ev.cat_uni.index(c) for c in
-                                                          kineto.GPU_CATEGORIES + kineto.RUNTIME_CATEGORIES
-                                                          if c in ev.cat_uni]))
-    extra = gpu_arg_columns([ev.xs[i].get("args") for i in wanted], wanted, ev.n)
     return frame_of({
         "name": ev.name[keep], "category": ev.cat[keep], "thread": ev.tids[keep],
         "start_ns": ev.start_ns[keep], "dur_ns": ev.dur_ns[keep], "input_shapes": in_shapes[keep],
@@ -357,9 +365,27 @@ def _ops_frame(ev: _Events, rows: np.ndarray, derived: list[tuple], phase: np.nd
     })
 
 
-def _imported_meta(ev: _Events, doc: dict, name: str, events: list, phs: list, n_ops: int, n_steps: int,
+@dataclass
+class SideEvents:
+    """What the meta needs from the events that are not complete events."""
+
+    n_events: int             # every event in traceEvents
+    m_events: list            # "M" events (process/thread names)
+    memory: list              # kineto.memory_summary of the "i" events
+    flows: dict               # kineto.flow_summary of the "s" events
+
+    @classmethod
+    def of(cls, events: list, phs: list) -> "SideEvents":
+        by_phase: dict[str, list] = {"M": [], "i": [], "s": []}
+        for i in [i for i, p in enumerate(phs) if p == "M" or p == "i" or p == "s"]:
+            by_phase[phs[i]].append(events[i])
+        return cls(len(events), by_phase["M"], kineto.memory_summary(by_phase["i"]),
+                   kineto.flow_summary(by_phase["s"]))
+
+
+def _imported_meta(ev: _Events, doc: dict, name: str, side: SideEvents, n_ops: int, n_steps: int,
                    windows: list[dict]) -> dict:
-    n_events = len(events)
+    n_events = side.n_events
     keep = ev.keep
     span = int((ev.start_ns[keep] + ev.dur_ns[keep]).max()) if keep.any() else 0
     source_meta = {k: v for k, v in doc.items() if k != "traceEvents"
@@ -386,16 +412,13 @@ def _imported_meta(ev: _Events, doc: dict, name: str, events: list, phs: list, n
         meta["start_wall_ns"] = ident.base_time_ns + ev.origin_ns
     elif ev.t0 >= kineto.EPOCH_US_MIN:
         meta["start_wall_ns"] = ev.origin_ns
-    by_phase: dict[str, list] = {"M": [], "i": [], "s": []}
-    for i in [i for i, p in enumerate(phs) if p == "M" or p == "i" or p == "s"]:
-        by_phase[phs[i]].append(events[i])
-    names = kineto.metadata_names(by_phase["M"])
+    names = kineto.metadata_names(side.m_events)
     imp["process_names"], imp["thread_labels"], imp["process_labels"] = (
         names["processes"], names["threads"], names["labels"])
     imp["devices"] = ident.devices
     imp["record_shapes"] = ident.record_shapes
-    imp["memory"] = kineto.memory_summary(by_phase["i"])
-    imp["flows"] = kineto.flow_summary(by_phase["s"])
+    imp["memory"] = side.memory
+    imp["flows"] = side.flows
     counts = np.bincount(ev.cat_codes, minlength=len(ev.cat_uni)) if ev.n else []
     imp["categories"] = {str(c): int(k) for c, k in zip(ev.cat_uni, counts)}
     imp["notes"] = list(ident.notes)
@@ -404,23 +427,36 @@ def _imported_meta(ev: _Events, doc: dict, name: str, events: list, phs: list, n
 
 def plain_chrome_trace(events: list, doc: dict, name: str, raw: bytes | None = None) -> Trace:
     """A plain Chrome trace's events (and its top-level document, for metadata; `raw`, the document's text,
-    for exact timestamps) → an imported `Trace`."""
+    for exact timestamps) → an imported `Trace`. Holds every parsed event: `importers.stream_trace` reads
+    files in bounded pieces into the same columns."""
     xs, where, phs = _complete_events(events)
     ev = _event_columns(xs, where, events, phs, raw)
-    n = ev.n
-    is_cpu_op = ev.cat_is("cpu_op") & ev.keep
-    # ops are library operators (aten::mm, c10d::allreduce_); wrapper nodes (torch::autograd::AccumulateGrad,
-    # torch::distributed::reducer::mul_out) are not, so the ops inside them are
-    op_rows = np.flatnonzero(is_cpu_op & ev.name_matches(kineto.is_op_name))
+    op_rows = op_rows_of(ev)
     args = [xs[i].get("args") for i in op_rows]
     args = [a if type(a) is dict else _EMPTY for a in args]
-    dims = [a.get("Input Dims") for a in args]
+    shapes, flops = op_arg_values(args)
+    wanted = gpu_rows(ev.cat_codes, ev.cat_uni, ev.keep)
+    extra = gpu_arg_columns([xs[i].get("args") for i in wanted], wanted, ev.n)
+    return assemble(ev, op_rows, shapes, flops, args, extra, SideEvents.of(events, phs), doc, name)
+
+
+def op_rows_of(ev: _Events) -> np.ndarray:
+    """Rows of the ops: library operators (aten::mm, c10d::allreduce_) recorded as cpu_op; wrapper nodes
+    (torch::autograd::AccumulateGrad, torch::distributed::reducer::mul_out) are not, so the ops inside them are."""
+    return np.flatnonzero(ev.cat_is("cpu_op") & ev.keep & ev.name_matches(kineto.is_op_name))
+
+
+def assemble(ev: _Events, op_rows: np.ndarray, shapes: list, flops: list, size_args: list, extra: dict,
+             side: SideEvents, doc: dict, name: str) -> Trace:
+    """The complete events as columns (plus, per op row, its "Input Dims" text, FLOPs and the args its sizes
+    come from; the GPU arg columns; the other events' summaries) → the imported `Trace`."""
+    n = ev.n
+    is_cpu_op = ev.cat_is("cpu_op") & ev.keep
     in_shapes = np.full(n, None, dtype=object)
-    in_shapes[op_rows] = [str(d) if type(d) is list else None for d in dims]
+    in_shapes[op_rows] = shapes
     flops_host = np.zeros(n)
-    fl_raw = [a.get("flops", 0) for a in args]
-    flops_host[op_rows] = [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw]
-    host = _host_frame(ev, in_shapes, flops_host)
+    flops_host[op_rows] = flops
+    host = _host_frame(ev, in_shapes, flops_host, extra)
 
     # ops: the outermost framework ops ("ns::op", e.g. aten::linear, aten::mm) on each thread: what a device
     # backend receives. Their children (aten::t inside aten::linear) are the op's own implementation.
@@ -431,11 +467,11 @@ def plain_chrome_trace(events: list, doc: dict, name: str, raw: bytes | None = N
     ann, step_no = _step_windows(ev)
     phase, steps, n_steps = _region_values(ev, is_cpu_op, rows, ann, step_no)
     derived = _sizes(ev.name[rows].tolist(), in_shapes[rows].tolist(), flops_host[rows].tolist(),
-                     [args[j] for j in leaf.tolist()])
+                     [size_args[j] for j in leaf.tolist()])
     ops = _ops_frame(ev, rows, derived, phase, steps)
     # an op recorded without "Input Dims" has unknown inputs: None, not an empty shape list
     ops["input_shapes"] = ops["input_shapes"].where(pd.Series(in_shapes[rows]).notna().to_numpy(), None)
     windows = sorted(({"step": int(k), "start_ns": int(ev.start_ns[i]), "end_ns": int(ev.start_ns[i] + ev.dur_ns[i])}
                       for i, k in zip(ann.tolist(), step_no.tolist())), key=lambda w: (w["start_ns"], w["step"]))
-    meta = _imported_meta(ev, doc, name, events, phs, len(rows), n_steps, windows)
+    meta = _imported_meta(ev, doc, name, side, len(rows), n_steps, windows)
     return Trace(ops=ops, host=host, meta=meta)

@@ -71,32 +71,48 @@ def _dims(v: Any) -> str | None:
     return None
 
 
-def _ints(vals: list) -> np.ndarray:
+def _ints(vals: list) -> tuple[np.ndarray, bool]:
+    """int64 values, and whether every value was an int64 (kept as is; else each goes through `_int_or`,
+    which also maps ints beyond ±2**62 to -1)."""
     if set(map(type, vals)) <= {int}:                     # the usual case: one C-level conversion
         try:
-            return np.asarray(vals, dtype=np.int64)
+            return np.asarray(vals, dtype=np.int64), True
         except OverflowError:
             pass
-    return np.asarray([_int_or(v) for v in vals], dtype=np.int64)
+    return np.asarray([_int_or(v) for v in vals], dtype=np.int64), False
 
 
-def gpu_arg_columns(args: list, rows: np.ndarray, n: int) -> dict[str, np.ndarray]:
+def gpu_arg_columns(args: list, rows: np.ndarray, n: int, per_value: set | None = None) -> dict[str, np.ndarray]:
     """Columns over `n` events, filled at `rows` from their args: correlation, external_id, stream, device
-    and bytes (int64, -1 when absent), grid and block ("x,y,z" text, None when absent)."""
+    and bytes (int64, -1 when absent), grid and block ("x,y,z" text, None when absent). `per_value`, when
+    given, collects the int columns whose values were not all int64 (read one by one)."""
     out: dict[str, np.ndarray] = {k: np.full(n, -1, dtype=np.int64) for k in _INT_ARGS}
     out["grid"] = np.full(n, None, dtype=object)
     out["block"] = np.full(n, None, dtype=object)
     if not len(rows):
         return out
-    args = [a if type(a) is dict else _NO_ARGS for a in args]
+    if not set(map(type, args)) <= {dict}:
+        args = [a if type(a) is dict else _NO_ARGS for a in args]
     for col, keys in _INT_ARGS.items():
         first = list(map(operator.methodcaller("get", keys[0], -1), args))
-        if len(keys) > 1:                                  # 2021 traces spell it "external id"
+        if len(keys) > 1 and -1 in first:                  # 2021 traces spell it "external id"
             first = [a.get(keys[1], -1) if v == -1 else v for v, a in zip(first, args)]
-        out[col][rows] = _ints(first)
+        out[col][rows], all_int = _ints(first)
+        if not all_int and per_value is not None:
+            per_value.add(col)
     memo: dict[tuple, str | None] = {}
     for col in ("grid", "block"):
         vals = list(map(operator.methodcaller("get", col), args))
+        if set(map(type, vals)) == {list}:                 # the usual case: one text per distinct value
+            try:
+                tups = list(map(tuple, vals))
+                for t in dict.fromkeys(tups):
+                    if t not in memo:
+                        memo[t] = _dims(list(t))
+                out[col][rows] = list(map(memo.__getitem__, tups))
+                continue
+            except TypeError:                              # unhashable items: the loop below says so
+                pass
         text = []
         for v in vals:
             if type(v) is not list:
