@@ -75,7 +75,8 @@ def test_pieces_are_bounded_by_the_chunk_size() -> None:
 # -- hostile strings at every boundary --------------------------------------------------------------------
 
 HOSTILE_NAMES = ['a}, {"b": 1', "quote \" inside", "backslash \\", "both \\\" and \\\\\"", "]]]}}}", "[[[{{{",
-                 '"ts": 1712195495519695.8', "café ∑ 日本 \U0001F600", "\\\\", "},\n{", "tab\tnew\nline", "\\u005d"]
+                 '"ts": 1712195495519695.8', "café ∑ 日本 \U0001F600", "\\\\", "},\n{", "tab\tnew\nline",
+                 "\\u005d"]
 
 
 def hostile_doc() -> bytes:
