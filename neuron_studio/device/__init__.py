@@ -9,12 +9,13 @@ import os
 import threading
 from dataclasses import asdict, dataclass, field
 
-from neuron_studio.device.errors import BackendError
+from neuron_studio.device.errors import BackendError, UnsupportedMemoryFormatError
 from neuron_studio.device.events import EventBus, OpEvent, Subscription
 from neuron_studio.device.targets import TARGETS, Target, target_for
 
 __all__ = [
     "BackendError",
+    "UnsupportedMemoryFormatError",
     "DeviceInfo",
     "OpEvent",
     "Subscription",

@@ -19,6 +19,7 @@ __all__ = [
     "SYNC_PRINT",
     "SYNC_DATA_DEPENDENT",
     "SYNC_EXPLICIT",
+    "SYNC_HOST_ROUND_TRIP",
     "TRANSFER_H2D",
     "TRANSFER_D2H",
     "TAG_TIMING_SYNC",
@@ -30,6 +31,7 @@ SYNC_TO_HOST = "to_host"                # .cpu(), .numpy() after .cpu(), copies 
 SYNC_PRINT = "print"                    # repr/print of a neuron tensor
 SYNC_DATA_DEPENDENT = "data_dependent"  # output shape depends on values (nonzero, unique, masked_select)
 SYNC_EXPLICIT = "synchronize"           # torch.neuron.synchronize()
+SYNC_HOST_ROUND_TRIP = "host_round_trip"  # a 64-bit cast: copied to the host, cast there, copied back
 
 TAG_TIMING_SYNC = "timing_sync"         # the profiler's own end-of-run synchronize, not the user's
 

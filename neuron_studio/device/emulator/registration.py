@@ -47,6 +47,8 @@ def _index_of(device: Any) -> int:
 
 # -- PrivateUse1 kernels: the ops C++ calls on a neuron device before any neuron tensor exists --------
 def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):  # noqa: ANN001, ANN202
+    if memory_format in (torch.channels_last, torch.channels_last_3d):
+        tensor.raise_memory_format(None, memory_format)
     elem = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
     return NeuronTensor(elem, _index_of(device))
 

@@ -16,6 +16,7 @@ import torch
 
 from neuron_studio.device import events as ev
 from neuron_studio.device.coverage import op_coverage
+from neuron_studio.device.errors import UnsupportedMemoryFormatError
 from neuron_studio.device.emulator.attention import ATTENTION_RECORD_EXTRA, SPECIAL_OPS
 from neuron_studio.device.emulator.compile_write_back import host_copy, write_back
 from neuron_studio.device.emulator.device_ordinals import check_index, set_device_count
@@ -240,6 +241,21 @@ def _unwrap(args: tuple, traced: list | None = None) -> tuple[list, int, bool]:
     return out, index, host
 
 
+_REJECTED_FORMATS = (torch.channels_last, torch.channels_last_3d)
+
+
+def raise_memory_format(func, memory_format) -> None:  # noqa: ANN001
+    """channels_last on the device is an error in TorchNeuron, not a fallback: say so and what to do instead."""
+    fmt = str(memory_format).removeprefix("torch.")
+    message = op_coverage().memory_format_error(fmt)
+    if message is not None:
+        raise UnsupportedMemoryFormatError(
+            f"neuron: {func.name() if func is not None else 'aten::empty'} with memory_format=torch.{fmt}: {message} "
+            "(TorchNeuron raises here; it is not a CPU fallback). Drop the memory_format argument or use "
+            "torch.contiguous_format on the neuron device; keep channels_last tensors on the CPU"
+        )
+
+
 def _raise_mixed(first: str, second: str, func=None) -> None:  # noqa: ANN001
     where = f" (when checking arguments for {func})" if func is not None else ""
     raise RuntimeError(
@@ -261,6 +277,8 @@ def _target_device(kwargs: dict) -> tuple[dict, int | None]:
 
 
 def _prepare(func, args, kwargs):  # noqa: ANN001, ANN202
+    if kwargs and kwargs.get("memory_format") in _REJECTED_FORMATS:
+        raise_memory_format(func, kwargs["memory_format"])
     traced: list = []
     uargs, index, host = _unwrap(args, traced)
     if kwargs:
@@ -441,6 +459,10 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
                 sync = ev.SYNC_TO_HOST
     coverage = op_coverage()
     fallback = coverage.fallback_reason(name, uargs)
+    if fallback is None and transfer is None and not in_graph:
+        fallback = coverage.round_trip_cast(name, in_dtypes, out_dtypes)
+        if fallback is not None:
+            sync = ev.SYNC_HOST_ROUND_TRIP
     tags = coverage.cast_tags(in_dtypes)
     if torch.are_deterministic_algorithms_enabled():
         tags = tags + ("deterministic",)
