@@ -29,6 +29,8 @@ import {
   isNum,
   table
 } from './dom';
+import { whatIfSection } from './advisor';
+import { breakdownSection } from './breakdown';
 import { gpuPages, sourceLine } from './gpu';
 import { fmtBytes, memorySection } from './memory';
 
@@ -552,6 +554,10 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   if (timeline) {
     pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
   }
+  const whatIf = whatIfSection(p);
+  if (whatIf) {
+    pages.push(['What if', whatIf]);
+  }
   if (p.memory) {
     pages.push(['Memory', memorySection(p.memory, src => sourceLink(src, actions))]);
   }
@@ -567,15 +573,42 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   const warnings = p.warnings?.length
     ? el('ul', { class: 'ns-Warnings' }, ...p.warnings.map(w => el('li', { text: String(w) })))
     : null;
+  const tabBox = tabs(pages);
   return el(
     'div',
     { class: 'ns-Profile' },
     el('div', { class: 'ns-TopRow' }, header(p), open),
     badges(p),
-    tabs(pages),
+    breakdownSection(p, (label, ops) => openRows(tabBox, label, ops)),
+    tabBox,
     warnings,
     provenanceNote(p)
   );
+}
+
+/** Select tab `label` and mark (and scroll to) the rows whose first cell names one of `ops`. */
+export function openRows(tabBox: HTMLElement, label: string, ops: string[]): number {
+  const button = [...tabBox.querySelectorAll<HTMLButtonElement>('.ns-TabBar .ns-Tab')].find(
+    b => b.getAttribute('data-tab') === label
+  );
+  if (!button) {
+    return 0;
+  }
+  button.click();
+  const page = tabBox.querySelector('.ns-TabBody .ns-TabPage');
+  const wanted = new Set(ops);
+  let first: HTMLElement | null = null;
+  let n = 0;
+  page?.querySelectorAll<HTMLTableRowElement>('tbody tr').forEach(tr => {
+    const hit = wanted.has((tr.cells[0]?.textContent ?? '').trim());
+    tr.classList.toggle('ns-mod-justified', hit);
+    if (hit) {
+      n += 1;
+      first = first ?? tr;
+    }
+  });
+  (first as HTMLElement | null)?.scrollIntoView?.({ block: 'nearest' });
+  return n;
 }
 
 /** A measured profile says what it was measured from and what it does not hold ("host time: not captured"). */

@@ -179,6 +179,65 @@ export interface IProfilePayload {
   source?: ITraceSource | null;
   /** Measured GPU figures of an imported CUDA/ROCm trace, and the same job modeled on Trainium. */
   gpu?: IGpuBlock | null;
+  /** Where the step time goes (profiler/breakdown_summary.py): parts add up to `step_time_ns`. */
+  breakdown?: IBreakdownBlock | null;
+  /** The what-if advisor: the recorded ops re-modeled per mode, chip and NKI kernel. */
+  what_if?: IWhatIfBlock | null;
+}
+
+/** One category of the step: ns and share, or not determined (with the reason in `note`). */
+export interface IBreakdownPart {
+  key: string;
+  label: string;
+  ns: number | null;
+  share: number | null;
+  determined: boolean;
+  note?: string | null;
+}
+
+/** A change the breakdown implies and the rows that justify it (`tab`: optable | hot | fallbacks | syncs). */
+export interface IRecommendation {
+  category: string;
+  share: number | null;
+  text: string;
+  tab: string;
+  ops: string[];
+}
+
+/** The summary's `breakdown` block. */
+export interface IBreakdownBlock {
+  basis: string;
+  step_time_ns: number | null;
+  parts: IBreakdownPart[];
+  steps: { step: number; step_ns: number | null; parts: Record<string, number | null> }[];
+  steps_total?: number;
+  recommendations: IRecommendation[];
+  notes: string[];
+}
+
+/** One variant of the what-if advisor (per step). */
+export interface IWhatIfRow {
+  variant: string;
+  mode: string;
+  chip: string;
+  kernel: string | null;
+  step_time_ns: number | null;
+  step_time_low_ns: number | null;
+  step_time_high_ns: number | null;
+  speedup: number | null;
+  mfu: number | null;
+  cost_per_1000_steps_usd: number | null;
+  current: boolean;
+  basis: string;
+  run: string | null;
+}
+
+/** The summary's `what_if` block: rows, the best variant on the profiled chip, or why there are none. */
+export interface IWhatIfBlock {
+  rows: IWhatIfRow[];
+  best?: string | null;
+  modeled?: boolean;
+  note?: string | null;
 }
 
 /** The file, rank and device an imported trace names. */

@@ -88,7 +88,14 @@ def what_if_view(s: dict) -> dict[str, Any]:
     w = s.get("what_if") if isinstance(s.get("what_if"), dict) else {}
     rows = [dict(r) for r in w.get("rows") or [] if isinstance(r, dict)]
     rows.sort(key=lambda r: (not r.get("current"), as_number(r.get("step_time_ns")) or float("inf")))
+    reasons = []
     for r in rows:
         sp = as_number(r.get("speedup"))
         r["speedup_text"] = f"{sp:.2f}×" if sp else "–"
-    return {"rows": rows, "best": w.get("best"), "note": w.get("note")}
+        basis = str(r.get("basis") or "")
+        r["basis_label"] = ("this profile" if r.get("current") else
+                            "approximate" if "approximate" in basis else "exact (model)")
+        note = f"{r['basis_label']}: {basis}"
+        if not r.get("current") and note not in reasons:
+            reasons.append(note)
+    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons}
