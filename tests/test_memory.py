@@ -38,9 +38,11 @@ def _gpt(batch: int = BATCH, dtype: torch.dtype = torch.float32):
 MODELS = {"block": _block, "gpt": _gpt}
 
 
-def _train_step(model: torch.nn.Module, loss_fn: Callable, opt) -> Callable[[], None]:  # noqa: ANN001
+def _train_step(model: torch.nn.Module, loss_fn: Callable, opt, *,  # noqa: ANN001
+                autocast: bool = False) -> Callable[[], None]:
     def step() -> None:
-        loss = loss_fn(model)
+        with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+            loss = loss_fn(model)
         loss.backward()
         opt.step()
         opt.zero_grad()
@@ -173,12 +175,12 @@ def _saving_matches(modeled: int, actual: int) -> None:
 
 
 def _profile_of(make: Callable, batch: int = BATCH, dtype: torch.dtype = torch.float32, *, offload: bool = False,
-                checkpoint: tuple[str, ...] = ()):  # noqa: ANN202
+                checkpoint: tuple[str, ...] = (), autocast: bool = False):  # noqa: ANN202
     """Build, train one warm-up step and profile one step; the model dies on return (only the profile stays)."""
     model, loss_fn = make(batch, dtype)
     _checkpoint(model, checkpoint)
     opt = _HostAdamW(list(model.parameters())) if offload else torch.optim.AdamW(model.parameters(), lr=1e-3)
-    return _measure(_train_step(model, loss_fn, opt))
+    return _measure(_train_step(model, loss_fn, opt, autocast=autocast))
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -192,6 +194,12 @@ def test_each_lever_saves_what_applying_it_saves(name: str) -> None:
     _saving_matches(lv.saving_bytes, peak - _profile_of(make, BATCH // 2)[1])
     # bf16 weights, activations and optimizer state
     _saving_matches(_lever(prof, "bf16").saving_bytes, peak - _profile_of(make, BATCH, torch.bfloat16)[1])
+    # autocast around the forward pass: float32 weights, gradients and optimizer state, bf16 activations
+    autocast_peak = _profile_of(make, autocast=True)[1]
+    _saving_matches(_lever(prof, "autocast").saving_bytes, peak - autocast_peak)
+    # (the whole-model bf16 lever would be the wrong answer for autocast: the check tells them apart)
+    with pytest.raises(AssertionError):
+        _saving_matches(_lever(prof, "bf16").saving_bytes, peak - autocast_peak)
     # optimizer state on the host
     _saving_matches(_lever(prof, "cpu_offload").saving_bytes, peak - _profile_of(make, offload=True)[1])
 

@@ -17,6 +17,7 @@ import pandas as pd
 
 from neuron_studio.hardware import chip_spec, trainium_chips
 from neuron_studio.profiler.analysis.memory import device_rows, memory_peak
+from neuron_studio.profiler.analysis.memory_autocast import autocast_total
 from neuron_studio.profiler.analysis.memory_sharding import fsdp_units, gathered_bytes, zero1_rank_state
 
 __all__ = ["ChipFit", "Lever", "MemoryForecast", "memory_forecast", "forecast_from_peak", "chip_fits", "fmt_bytes"]
@@ -72,7 +73,7 @@ class ChipFit:
 
 @dataclass(frozen=True)
 class Lever:
-    key: str                     # batch | checkpoint | bf16 | zero1 | zero2 | fsdp | cpu_offload
+    key: str                     # batch | checkpoint | bf16 | autocast | zero1 | zero2 | fsdp | cpu_offload
     title: str                   # "checkpoint the 12 Block modules"
     peak_bytes: int              # modeled peak with the lever applied
     saving_bytes: int            # current peak - modeled peak
@@ -157,7 +158,7 @@ class _Replay:
         self.total = np.cumsum(self.signed)
         first = rows[rows["kind"] >= 0].drop_duplicates("alloc_id", keep="first").set_index("alloc_id")
         self.attr = {c: rows["alloc_id"].map(first[c]).to_numpy(dtype=object)
-                     for c in ("category", "dtype", "module", "phase", "output_of", "step")}
+                     for c in ("category", "dtype", "module", "phase", "output_of", "step", "op")}
         self.row_phase = rows["phase"].to_numpy(dtype=object)
         self.category = self.attr["category"]
 
@@ -279,9 +280,16 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
     fp32 = np.asarray([d == "float32" for d in rp.attr["dtype"]], dtype=bool)
     add("bf16", "bf16 everywhere (model.to(torch.bfloat16))", (rp.total - 0.5 * rp.live(fp32)).max(),
         "model.to(torch.bfloat16) and bf16 inputs (optimizer state follows the parameters' dtype)",
-        "every float32 storage becomes bfloat16 (half the bytes); integer and bool storages are unchanged. "
-        "torch.autocast keeps float32 weights, gradients and optimizer state, so it saves less: at most the "
-        "activation share")
+        "every float32 storage becomes bfloat16 (half the bytes); integer and bool storages are unchanged")
+    if fp32.any():
+        add("autocast", "autocast the forward pass to bf16 (torch.autocast)",
+            autocast_total(rows, rp.total, rp.signed, rp.category, rp.attr["dtype"], rp.attr["op"]).max(),
+            "with torch.autocast('neuron', dtype=torch.bfloat16): run the forward pass and the loss "
+            "(backward and the optimizer step outside)",
+            "parameters, gradients and optimizer state stay float32; activations and temporaries of matmul-class "
+            "ops, activation functions, softmax and normalisation outputs become bfloat16; bf16 copies of the "
+            "weights matmuls read are kept from forward to backward; nll_loss keeps a float32 copy of its "
+            "input; the residual stream stays float32 (profiler/analysis/memory_autocast.py)")
     # sharding over N cores
     keep = 1.0 - 1.0 / n_shards
     opt = rp.live(rp.cat("optimizer_state"))
