@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["breakdown_block", "what_if_block", "WHAT_IF_INLINE_MAX_OPS", "BREAKDOWN_MAX_STEPS"]
+from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS, WhatIfError
 
-#: Above this many ops the inline summary does not re-model the run nine times (say so; prof.what_if() does).
-WHAT_IF_INLINE_MAX_OPS = 200_000
+__all__ = ["breakdown_block", "what_if_block", "BREAKDOWN_MAX_STEPS"]
 #: Per-step bars kept in the summary (the mean bar always covers every step).
 BREAKDOWN_MAX_STEPS = 50
 
@@ -49,11 +48,9 @@ def breakdown_block(prof: Any) -> dict[str, Any]:
 def what_if_block(prof: Any) -> dict[str, Any]:
     """The advisor's rows (or why there are none) and `best`: the fastest predicted variant on the profiled chip."""
     n_ops = len(prof.trace.ops)
-    if n_ops > WHAT_IF_INLINE_MAX_OPS:
+    if n_ops > REMODEL_MAX_OPS:
         return {"rows": [], "note": f"not computed inline for {n_ops:,} ops (re-modeling them nine times would "
                                     "slow the output); call prof.what_if()"}
-    from neuron_studio.profiler.analysis.what_if import WhatIfError
-
     try:
         df = prof.what_if()
     except WhatIfError as exc:

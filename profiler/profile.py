@@ -295,9 +295,15 @@ class Profile:
             basis="modeled device time" if self.modeled_figures else "measured device time",
             undetermined=undetermined)
         fb = self.cpu_fallbacks()
+        speedups = None
+        launch = bd.part("launch")
+        if launch.share is not None and launch.share >= _bd.RECOMMEND_MIN_SHARE \
+                and len(self.trace.ops) <= _wi.REMODEL_MAX_OPS:
+            wi = self.what_if(chips=[self.summary.chip], kernels=False)
+            speedups = dict(zip(wi["mode"], wi["speedup"]))
         recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
                              hot=self.hot_path() if self.modeled_figures else (),
-                             fallback_ops=fb["op"].tolist() if len(fb) else ())
+                             fallback_ops=fb["op"].tolist() if len(fb) else (), mode_speedups=speedups)
         return dataclasses.replace(bd, recommendations=recs)
 
     def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,

@@ -71,6 +71,13 @@ def test_01_getting_started(run_notebook):
     assert r["step_time_us"] > 0 and 0 < r["mfu"] < 1
     assert r["launches_per_step"] >= 1
     assert r["loss_finite"]
+    # where the step goes adds up to the step; launch overhead dominates and the studio says what to do
+    assert r["breakdown_sum_us"] == pytest.approx(r["step_time_us"], rel=1e-9)
+    assert "launch overhead" in r["recommendations"][0] and "→ adaptive eager or compile" in r["recommendations"][0]
+    # the predicted best variant, run for real in the next cells, agrees with the prediction
+    assert r["predicted_best"] == "adaptive on trn2" and r["checked_mode"] == "adaptive"
+    assert r["checked_us"] == pytest.approx(r["predicted_us"], rel=0.05)
+    assert r["checked_us"] < r["step_time_us"] / 3
 
 
 @pytest.mark.slow
@@ -83,6 +90,10 @@ def test_02_profile_a_transformer(run_notebook):
         assert r["bound_share"].get(bound, 0) > 0.05, r["bound_share"]
     assert r["roofline_points"] > 0
     assert "aten::mm" in r["hot_path_ops"]
+    assert r["breakdown_sum_ms"] == pytest.approx(r["step_time_ms"], rel=1e-9)
+    assert r["predicted_best"] == "adaptive on trn2" and r["checked_mode"] == "adaptive"
+    assert r["checked_ms"] == pytest.approx(r["predicted_ms"], rel=0.05)
+    assert r["checked_ms"] < r["step_time_ms"]
 
 
 @pytest.mark.slow

@@ -120,7 +120,10 @@ def test_eager_breakdown_adds_up_and_matches_plain_sums():
     rec = bd.recommendations[0]
     assert rec.category == "launch" and rec.tab == "optable"
     assert rec.text.startswith(f"{100 * parts['launch'] / prof.step_time_ns:.0f}% launch overhead")
-    assert rec.text.endswith("→ adaptive eager or compile")
+    wi = prof.what_if(chips=["trn2"], kernels=False).set_index("mode")["speedup"]
+    assert wi["adaptive"] > wi["compile"] > 1
+    assert rec.text.endswith(f"→ adaptive eager or compile (adaptive eager predicted {wi['adaptive']:.1f}x faster: "
+                             "What if tab)")
     assert set(rec.ops) <= set(prof.op_table()["key"])
 
 
@@ -227,3 +230,28 @@ def test_adaptive_groups_overlap_engines_and_compute_counts_them_once():
     assert sum(p.ns for p in bd.parts) == pytest.approx(prof.step_time_ns, rel=1e-12)
     assert summed > union * 1.01           # the model overlaps engines inside a group (issue 16) ...
     assert bd.part("compute").ns < summed / prof.steps    # ... and the bar does not count them twice
+
+
+def test_compute_recommendation_names_the_top_engine_bound_hot_op_and_its_kernel():
+    from neuron_studio.profiler.analysis.hot_path import WHY, HotOp
+
+    parts = [sb.BreakdownPart("compute", "engine compute", 80.0, 0.8)]
+    bd = sb.StepBreakdown("modeled device time", 100.0, parts, pd.DataFrame())
+    launchy = HotOp("aten::add", "m", None, 1, 50, 0.5, "launch", WHY["launch"], "vector")
+    mm = HotOp("aten::mm", "m.fc", "train.py:42", 1, 40, 0.4, "memory", WHY["memory"], "tensor",
+               kernels=[{"kernel": "matmul_kernel", "kind": "candidate", "saving_ns": 12.0}])
+    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm])[0]
+    assert rec.text == ("80% engine compute, most in aten::mm at train.py:42 (memory-bound) → NKI kernel "
+                        "matmul_kernel (the hot path shows its modeled saving)")
+    assert (rec.tab, rec.ops) == ("hot", ["aten::mm"])
+    mm.kernels = []
+    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm])[0]
+    assert rec.text.endswith("(memory-bound) → HBM traffic dominates; fuse with neighbours or keep data in SBUF")
+
+
+def test_launch_fix_names_only_modes_predicted_faster():
+    assert sb._launch_fix("adaptive", {"eager": 0.2, "adaptive": 1.0, "compile": 0.7}).startswith(
+        "fewer sync points and graph breaks")
+    assert sb._launch_fix("eager", {"eager": 1.0, "adaptive": 1.02, "compile": 3.0}) == \
+        "compile (compile predicted 3.0x faster: What if tab)"
+    assert sb._launch_fix("eager", None) == "adaptive eager or compile"

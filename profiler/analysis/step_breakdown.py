@@ -309,10 +309,32 @@ def _top(rows: RowCategories, k: int = 5) -> list[tuple[str, str | None, float]]
     return [(op, src or None, float(ns)) for (op, src), ns in g.head(k).items()]
 
 
+_MODE_NAMES = {"eager": "eager", "adaptive": "adaptive eager", "compile": "compile"}
+#: A mode counts as a fix for launch overhead when the what-if advisor predicts it at least this much faster.
+MIN_SPEEDUP = 1.05
+
+
+def _launch_fix(mode: str, speedups: dict[str, float] | None) -> str:
+    """What removes launch overhead: the modes the what-if advisor predicts faster (best first), or, without
+    a prediction, the modes that launch less than `mode`."""
+    if speedups is None:
+        return {"eager": "adaptive eager or compile", "adaptive": "compile (one launch per graph)",
+                "compile": "fewer graph breaks and sync points (one launch per graph)"}.get(mode, "fuse ops")
+    faster = sorted(((sp, m) for m, sp in speedups.items() if m != mode and sp >= MIN_SPEEDUP), reverse=True)
+    if not faster:
+        return ("fewer sync points and graph breaks, so that each launch does more work (no other mode is "
+                "predicted faster here: What if tab)")
+    names = " or ".join(_MODE_NAMES.get(m, m) for _, m in faster)
+    sp, m = faster[0]
+    return f"{names} ({_MODE_NAMES.get(m, m)} predicted {sp:.1f}x faster: What if tab)"
+
+
 def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, launches_per_step: float | None = None,
-              hot: Sequence[Any] = (), fallback_ops: Sequence[str] = ()) -> list[Recommendation]:
+              hot: Sequence[Any] = (), fallback_ops: Sequence[str] = (),
+              mode_speedups: dict[str, float] | None = None) -> list[Recommendation]:
     """The one or two changes the breakdown implies (categories at or above RECOMMEND_MIN_SHARE, largest
-    first), each naming the fix and the rows that justify it."""
+    first), each naming the fix and the rows that justify it. `mode_speedups` (mode -> predicted speedup on
+    this chip, from the what-if advisor) decides which mode a launch-overhead recommendation names."""
     out: list[Recommendation] = []
     ranked = sorted((p for p in bd.parts if p.determined and p.share is not None and p.key != "idle"),
                     key=lambda p: -p.share)
@@ -324,10 +346,9 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         ops = list(dict.fromkeys(op for op, _, _ in top))
         op, src = (top[0][0], top[0][1]) if top else ("", None)
         if p.key == "launch":
-            fix = {"eager": "adaptive eager or compile", "adaptive": "compile (one launch per graph)",
-                   "compile": "fewer graph breaks and sync points (one launch per graph)"}.get(mode, "fuse ops")
             n = f" ({launches_per_step:.0f} launches per step)" if launches_per_step else ""
-            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {fix}", "optable", ops))
+            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {_launch_fix(mode, mode_speedups)}",
+                                      "optable", ops))
         elif p.key == "fallback":
             tab = "fallbacks" if op in set(fallback_ops) else "optable"
             how = ("a device lowering or an NKI kernel for it" if tab == "fallbacks"
@@ -343,12 +364,12 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
             out.append(Recommendation(p.key, p.share, f"{pct} collectives in {op} → overlap communication with "
                                       "compute (DDP bucket size, FSDP prefetch) or shard less", "optable", ops))
         elif p.key == "compute":
-            h = next(iter(hot), None)
+            h = next((h for h in hot if h.bound in ("compute", "memory")), None)   # engine-bound work
             if h is None:
                 continue
-            k = next((k for k in h.kernels if k.get("saving_ns")), None)
-            fix = (f"NKI kernel {k.get('kernel')} (see the hot path's modeled saving)" if k is not None
-                   else "a better kernel for it (see the hot path)")
-            out.append(Recommendation(p.key, p.share, f"{pct} engine compute, most in {h.op}{_where(h.source)} → "
-                                      f"{fix}", "hot", [h.op]))
+            k = next((k for k in h.kernels if k.get("saving_ns") and k.get("kind") == "candidate"), None)
+            fix = (f"NKI kernel {k.get('kernel')} (the hot path shows its modeled saving)" if k is not None
+                   else str(getattr(h, "why", "") or "see the hot path").partition(": ")[2] or "see the hot path")
+            out.append(Recommendation(p.key, p.share, f"{pct} engine compute, most in {h.op}{_where(h.source)} "
+                                      f"({h.bound}-bound) → {fix}", "hot", [h.op]))
     return out

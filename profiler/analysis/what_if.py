@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings",
-           "COLUMNS", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
+           "COLUMNS", "REMODEL_MAX_OPS", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
 EXACT = "re-modeled: same ops on this chip (exact under the model)"
@@ -38,6 +38,10 @@ APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kern
 
 COLUMNS = ["variant", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns", "speedup",
            "mfu", "cost_per_1000_steps_usd", "current", "basis", "run"]
+
+
+#: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request).
+REMODEL_MAX_OPS = 200_000
 
 
 class WhatIfError(ValueError):
