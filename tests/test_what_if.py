@@ -160,3 +160,12 @@ def test_summary_what_if_block_has_the_current_row_and_the_best_variant():
     best = min((r for r in rows if not r["current"] and r["chip"] == "trn2"), key=lambda r: r["step_time_ns"])
     assert s["what_if"]["best"] == best["variant"]
     assert np.isfinite([r["step_time_ns"] for r in rows]).all()
+
+
+def test_summary_skips_re_modeling_a_run_too_large_for_inline_output(monkeypatch):
+    from neuron_studio.profiler import breakdown_summary
+
+    prof = _mlp()
+    monkeypatch.setattr(breakdown_summary, "REMODEL_MAX_OPS", len(prof.trace.ops) - 1)
+    block = breakdown_summary.what_if_block(prof)
+    assert block["rows"] == [] and "prof.what_if()" in block["note"] and f"{len(prof.trace.ops):,} ops" in block["note"]

@@ -40,8 +40,9 @@ COLUMNS = ["variant", "mode", "chip", "kernel", "step_time_ns", "step_time_low_n
            "mfu", "cost_per_1000_steps_usd", "current", "basis", "run"]
 
 
-#: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request).
-REMODEL_MAX_OPS = 200_000
+#: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request):
+#: re-modeling 9 variants costs about 1.8x the rest of the summary (benchmarks/bench_advisor.py, BENCHMARKS.md).
+REMODEL_MAX_OPS = 50_000
 
 
 class WhatIfError(ValueError):
