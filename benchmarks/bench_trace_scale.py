@@ -1,23 +1,32 @@
-"""Scale benchmark: import + full analysis of a 1,000,000-event trace, side by side with Holistic Trace Analysis.
+"""Scale benchmark: import + full analysis of a 1,000,000-event trace: the streaming JSON reader, the
+whole-document JSON reader it replaced, our Parquet directory, and Holistic Trace Analysis, in one run.
 
 Generates one synthetic torch.profiler-style Chrome trace (what HTA reads): per launch a `cpu_op` with
 "Input Dims"/"Input type", its `cuda_runtime` cudaLaunchKernel, the GPU `kernel` on stream 7, and the `ac2g`
 flow pair linking them, plus ProfilerStep annotations; the same trace is also written as our Parquet
-directory. Then, each in a fresh subprocess (seconds after imports, peak RSS of the process):
+directory. Then, each in a fresh subprocess (seconds and CPU seconds after imports, peak RSS of the process
+after the import and at the end):
 
-- ours, JSON:    read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path + roofline
-                 + cpu_fallbacks + sync_points + kernel_breakdown + temporal_breakdown + gpu_vs_trainium
-- ours, Parquet: the same from the Parquet directory
-- HTA:           TraceAnalysis(trace_dir=...) (parse) + get_gpu_kernel_breakdown(visualize=False)
+- ours, JSON streaming:  read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path
+                         + roofline + cpu_fallbacks + sync_points + kernel_breakdown + temporal_breakdown
+                         + gpu_vs_trainium
+- ours, JSON whole:      the same with read_trace_whole (parses the whole document first: the old reader)
+- ours, Parquet:         the same from the Parquet directory
+- HTA:                   TraceAnalysis(trace_dir=...) (parse) + get_gpu_kernel_breakdown(visualize=False)
 
     python benchmarks/bench_trace_scale.py [--events 1000000] [--dir /tmp/trace-scale] [--skip-hta]
+                                           [--hta-python PATH]
 
-Goal: ours ≤ 5 s and ≤ 0.5× HTA. HTA is installed only for this benchmark (`pip install HolisticTraceAnalysis`).
+Goal: import ≤ 5 s and ≤ 1 GB peak RSS for the 1M-event JSON trace, ≤ 0.5x HTA's time. HTA is not a
+dependency: install it into a separate virtualenv (`python -m venv hta-venv && hta-venv/bin/pip install
+HolisticTraceAnalysis`) and pass its interpreter as --hta-python (default: this interpreter). The machine's
+load average is printed before and after: on a shared machine compare the ratios.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -128,14 +137,16 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker_ours(path: str) -> dict:
+def worker_ours(path: str, whole: bool = False) -> dict:
     from neuron_studio.profiler.importers import read_trace
+    from neuron_studio.profiler.importers.read import read_trace_whole
     from neuron_studio.profiler.profile import Profile
 
     base = _rss_mb()
-    t0 = time.perf_counter()
-    trace = read_trace(path)
-    t1 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    trace = (read_trace_whole if whole else read_trace)(path)
+    t1, c1 = time.perf_counter(), time.process_time()
+    import_rss = _rss_mb()
     prof = Profile.from_trace(trace, kernel_lookup=None)
     t2 = time.perf_counter()
     table = prof.op_table()
@@ -148,8 +159,8 @@ def worker_ours(path: str) -> dict:
     prof.temporal_breakdown()
     prof.gpu_vs_trainium()
     t3 = time.perf_counter()
-    return {"seconds": t3 - t0, "import_s": t1 - t0, "model_s": t2 - t1, "analyses_s": t3 - t2,
-            "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
+    return {"seconds": t3 - t0, "import_s": t1 - t0, "import_cpu_s": c1 - c0, "model_s": t2 - t1,
+            "analyses_s": t3 - t2, "import_peak_rss_mb": import_rss, "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
             "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot),
             "kernels": int(len(kernels))}
 
@@ -161,22 +172,28 @@ def worker_hta(trace_dir: str) -> dict:
 
     logging.getLogger("hta").setLevel(logging.ERROR)
     base = _rss_mb()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     analyzer = TraceAnalysis(trace_dir=trace_dir)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
+    import_rss = _rss_mb()
     kernel_type_df, kernel_df = analyzer.get_gpu_kernel_breakdown(visualize=False)
     t2 = time.perf_counter()
-    return {"seconds": t2 - t0, "import_s": t1 - t0, "analyses_s": t2 - t1, "peak_rss_mb": _rss_mb(),
-            "baseline_rss_mb": base, "kernels": int(len(kernel_df)),
+    return {"seconds": t2 - t0, "import_s": t1 - t0, "import_cpu_s": c1 - c0, "analyses_s": t2 - t1,
+            "import_peak_rss_mb": import_rss, "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base,
+            "kernels": int(len(kernel_df)),
             "top_kernel_type": str(kernel_type_df["kernel_type"].iloc[0]) if len(kernel_type_df) else None}
 
 
-def _run_worker(kind: str, target: Path) -> dict:
-    cmd = [sys.executable, __file__, "--worker", kind, str(target)]
+def _run_worker(kind: str, target: Path, python: str = sys.executable) -> dict:
+    cmd = [python, __file__, "--worker", kind, str(target)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:300]}
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 def main() -> None:
@@ -184,11 +201,12 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=1_000_000)
     ap.add_argument("--dir", type=Path, default=Path("/tmp/neuron-studio-trace-scale"))
     ap.add_argument("--skip-hta", action="store_true")
+    ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         kind, target = args.worker
-        res = worker_hta(target) if kind == "hta" else worker_ours(target)
+        res = worker_hta(target) if kind == "hta" else worker_ours(target, whole=kind == "ours-whole")
         print(json.dumps(res))
         return
 
@@ -206,27 +224,34 @@ def main() -> None:
     conv_s = time.perf_counter() - t
     print(f"trace: {n:,} events, {js.stat().st_size / 1e6:.0f} MB JSON (generated in {gen_s:.1f} s); "
           f"Parquet {sum(f.stat().st_size for f in pq_dir.iterdir()) / 1e6:.1f} MB (converted in {conv_s:.1f} s)")
+    print(f"load average (1/5/15 min) before: {_load()} on {os.cpu_count()} CPUs")
 
-    rows = [("ours (JSON)", _run_worker("ours", js)), ("ours (Parquet)", _run_worker("ours", pq_dir))]
+    rows = [("JSON streaming", _run_worker("ours", js)), ("JSON whole (old)", _run_worker("ours-whole", js)),
+            ("Parquet", _run_worker("ours", pq_dir))]
     if not args.skip_hta:
-        rows.append(("HTA 0.5 (JSON)", _run_worker("hta", hta_dir)))
-    print(f"{'tool':<16}{'total s':>9}{'import s':>10}{'analyses s':>12}{'peak RSS MB':>13}  detail")
+        rows.append(("HTA (JSON)", _run_worker("hta", hta_dir, args.hta_python)))
+    print(f"load average after: {_load()}")
+    print(f"{'tool':<18}{'total s':>9}{'import s':>10}{'import cpu s':>14}{'analyses s':>12}"
+          f"{'RSS import MB':>15}{'peak RSS MB':>13}  detail")
     for name, r in rows:
         if "error" in r:
-            print(f"{name:<16}  failed: {r['error']}")
+            print(f"{name:<18}  failed: {r['error']}")
             continue
         detail = {k: v for k, v in r.items() if k in ("ops", "host_events", "top_op", "kernels", "top_kernel_type",
                                                       "model_s")}
-        print(f"{name:<16}{r['seconds']:>9.2f}{r['import_s']:>10.2f}{r['analyses_s']:>12.2f}"
-              f"{r['peak_rss_mb']:>13.0f}  {detail}")
+        print(f"{name:<18}{r['seconds']:>9.2f}{r['import_s']:>10.2f}{r['import_cpu_s']:>14.2f}"
+              f"{r['analyses_s']:>12.2f}{r['import_peak_rss_mb']:>15.0f}{r['peak_rss_mb']:>13.0f}  {detail}")
     res = dict(rows)
-    hta = res.get("HTA 0.5 (JSON)")
-    if hta and "error" not in hta:
-        for name in ("ours (JSON)", "ours (Parquet)"):
+    for ref in ("JSON whole (old)", "HTA (JSON)"):
+        base = res.get(ref)
+        if not base or "error" in base:
+            continue
+        for name in ("JSON streaming", "Parquet"):
             r = res[name]
             if "error" not in r:
-                print(f"{name} / HTA: time {r['seconds'] / hta['seconds']:.2f}x, "
-                      f"peak memory {r['peak_rss_mb'] / hta['peak_rss_mb']:.2f}x")
+                print(f"{name} / {ref}: import time {r['import_s'] / base['import_s']:.2f}x, import CPU "
+                      f"{r['import_cpu_s'] / base['import_cpu_s']:.2f}x, total {r['seconds'] / base['seconds']:.2f}x, "
+                      f"peak memory {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from itertools import compress
+from itertools import compress, repeat
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -25,7 +25,7 @@ from neuron_studio.profiler import kineto, timebase
 from neuron_studio.profiler.importers.common import BadTrace
 from neuron_studio.profiler.importers.json_stream import (CHUNK_BYTES, GUESS_ABOVE, EventPiece, NotStreamable,
                                                           StreamedDocument, stream_events)
-from neuron_studio.profiler.importers.torch_chrome import (_EMPTY, _GET_PH, _TS_LIMIT_US, SideEvents,
+from neuron_studio.profiler.importers.torch_chrome import (_EMPTY, _TS_LIMIT_US, SideEvents,
                                                            _Events, _intern_ids, _numbers, _pair_begin_end,
                                                            assemble, gpu_rows, op_arg_values)
 from neuron_studio.profiler.importers.torch_events import gpu_arg_columns
@@ -60,9 +60,7 @@ def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_abo
         raise NotStreamable(f"check failed ({type(e).__name__})") from None
 
 
-_GET_CAT = operator.methodcaller("get", "cat", "")
-_GET_TYPES = operator.methodcaller("get", "Input type")
-_FIELDS_PID = operator.itemgetter("name", "cat", "ts", "dur", "tid", "pid")
+_FIELDS_ARGS = operator.itemgetter("name", "cat", "ts", "dur", "tid", "pid", "args")
 
 
 def _kind(p: Any) -> Any:
@@ -116,9 +114,10 @@ class ChunkedColumns:
     # -- per piece ----------------------------------------------------------------------------------------
     def add(self, piece: EventPiece) -> None:
         events = piece.events
-        if not set(map(type, events)) <= {dict}:
-            raise BadTrace("an event is not an object")
-        phs = list(map(_GET_PH, events))
+        try:
+            phs = list(map(dict.get, events, repeat("ph")))
+        except TypeError:
+            raise BadTrace("an event is not an object") from None
         try:
             kinds = set(phs)
         except TypeError:                              # a list or object as "ph": compare values one by one
@@ -134,7 +133,7 @@ class ChunkedColumns:
             if "i" in kinds:
                 self.memory.add(list(compress(events, ph == "i")))
             if "s" in kinds:
-                self.flow_counts.update(map(str, map(_GET_CAT, compress(events, ph == "s"))))
+                self.flow_counts.update(map(str, map(dict.get, compress(events, ph == "s"), repeat("cat"), repeat(""))))
             if "B" in kinds or "E" in kinds:
                 self.has_b = self.has_b or "B" in kinds
                 be = np.flatnonzero((ph == "B") | (ph == "E"))
@@ -167,15 +166,12 @@ class ChunkedColumns:
         n = len(xs)
         if not n:
             return np.zeros(0)
-        try:  # fast path: every event has all six keys (torch.profiler's do)
-            names, cats, ts_l, dur_l, tid_l, pid_l = zip(*map(_FIELDS_PID, xs))
+        try:  # fast path: every event has all seven keys (torch.profiler's X events do)
+            names, cats, ts_l, dur_l, tid_l, pid_l, args_l = zip(*map(_FIELDS_ARGS, xs))
         except KeyError:
-            names = tuple(e.get("name") for e in xs)
-            cats = tuple(e.get("cat", "") for e in xs)
-            ts_l = tuple(e.get("ts") for e in xs)
-            dur_l = tuple(e.get("dur", 0) for e in xs)
-            tid_l = tuple(e.get("tid", 0) for e in xs)
-            pid_l = tuple(e.get("pid", 0) for e in xs)
+            names, cats, ts_l, dur_l, tid_l, pid_l, args_l = zip(*[
+                (e.get("name"), e.get("cat", ""), e.get("ts"), e.get("dur", 0), e.get("tid", 0), e.get("pid", 0),
+                 e.get("args")) for e in xs])
         if not set(map(type, names)) <= {str} or not set(map(type, cats)) <= {str}:
             raise BadTrace("a name or category is not a string")
         ts = _numbers(ts_l, "ts", _where)
@@ -196,8 +192,9 @@ class ChunkedColumns:
             is_op = np.asarray(self.is_op, dtype=bool)[name_codes] & (cat_codes == self.cat_uni.index("cpu_op")) & keep
             rows = np.flatnonzero(is_op)
             if len(rows):
-                args = [xs[i].get("args") for i in rows]
-                args = [a if type(a) is dict else _EMPTY for a in args]
+                args = list(map(args_l.__getitem__, rows.tolist()))
+                if not set(map(type, args)) <= {dict}:
+                    args = [a if type(a) is dict else _EMPTY for a in args]
                 shapes, flops = op_arg_values(args)
                 self.op_rows.append(rows + self.n)
                 self.op_shapes += shapes
@@ -205,7 +202,7 @@ class ChunkedColumns:
                 self.op_args += self._size_args(shapes, args)
         wanted = gpu_rows(cat_codes, self.cat_uni, keep)
         if len(wanted):
-            cols = gpu_arg_columns([xs[i].get("args") for i in wanted], np.arange(len(wanted)), len(wanted),
+            cols = gpu_arg_columns(list(map(args_l.__getitem__, wanted.tolist())), np.arange(len(wanted)), len(wanted),
                                    self.gpu_per_value)
             self.gpu_idx.append(wanted + self.n)
             for k, v in cols.items():
@@ -236,7 +233,7 @@ class ChunkedColumns:
         """Per op row, the two args its sizes come from, as one record shared by every op recorded with the
         same ones (sizes depend on "Input Dims" only through its text: any non-list value gives no tensor
         inputs)."""
-        types = list(map(_GET_TYPES, args))
+        types = list(map(dict.get, args, repeat("Input type")))
         try:
             keys = list(zip(shapes, [tuple(t) if type(t) is list else t for t in types]))
             first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))   # key -> its first row

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import operator
+from itertools import repeat
 from dataclasses import dataclass
 from typing import Any
 
@@ -254,8 +255,8 @@ def gpu_rows(cat_codes: np.ndarray, cat_uni: list, keep: np.ndarray) -> np.ndarr
 
 def op_arg_values(args: list[dict]) -> tuple[list, list]:
     """Per op row's args: "Input Dims" as text (None when not recorded) and its FLOPs (0 when absent/absurd)."""
-    dims = [a.get("Input Dims") for a in args]
-    fl_raw = [a.get("flops", 0) for a in args]
+    dims = list(map(dict.get, args, repeat("Input Dims")))
+    fl_raw = list(map(dict.get, args, repeat("flops"), repeat(0)))
     return ([str(d) if type(d) is list else None for d in dims],
             [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw])
 

@@ -3,11 +3,13 @@ the analyses join on, and what a port to Trainium would do with each op."""
 from __future__ import annotations
 
 import operator
+from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
 
 from neuron_studio.profiler import timebase
+from neuron_studio.profiler.importers.common import BadTrace
 
 __all__ = ["start_abs_ns", "needs_raw_text", "gpu_arg_columns", "port_fallbacks", "LOWERED_NAMESPACES"]
 
@@ -15,7 +17,6 @@ __all__ = ["start_abs_ns", "needs_raw_text", "gpu_arg_columns", "port_fallbacks"
 #: namespace (fbgemm::, torchvision::, a project's own custom ops) has no Neuron lowering.
 LOWERED_NAMESPACES = ("aten", "prims", "c10d", "_c10d_functional", "c10d_functional")
 _NO_ARGS: dict = {}
-_MISSING = object()
 _INT_ARGS = {"correlation": ("correlation",), "external_id": ("External id", "external id"),
              "stream": ("stream",), "device": ("device",), "bytes": ("bytes",)}
 
@@ -93,8 +94,12 @@ def gpu_arg_columns(args: list, rows: np.ndarray, n: int, per_value: set | None 
         return out
     if not set(map(type, args)) <= {dict}:
         args = [a if type(a) is dict else _NO_ARGS for a in args]
+    # one pass over the args (each dict read once: the dicts are scattered in memory, a pass per key is slower)
+    per_key = dict(zip(("correlation", "External id", "stream", "device", "bytes", "grid", "block"), zip(*[
+        (a.get("correlation", -1), a.get("External id", -1), a.get("stream", -1), a.get("device", -1),
+         a.get("bytes", -1), a.get("grid"), a.get("block")) for a in args])))
     for col, keys in _INT_ARGS.items():
-        first = list(map(operator.methodcaller("get", keys[0], -1), args))
+        first = per_key[keys[0]]
         if len(keys) > 1 and -1 in first:                  # 2021 traces spell it "external id"
             first = [a.get(keys[1], -1) if v == -1 else v for v, a in zip(first, args)]
         out[col][rows], all_int = _ints(first)
@@ -102,27 +107,20 @@ def gpu_arg_columns(args: list, rows: np.ndarray, n: int, per_value: set | None 
             per_value.add(col)
     memo: dict[tuple, str | None] = {}
     for col in ("grid", "block"):
-        vals = list(map(operator.methodcaller("get", col), args))
-        if set(map(type, vals)) == {list}:                 # the usual case: one text per distinct value
-            try:
-                tups = list(map(tuple, vals))
-                for t in dict.fromkeys(tups):
-                    if t not in memo:
-                        memo[t] = _dims(list(t))
-                out[col][rows] = list(map(memo.__getitem__, tups))
-                continue
-            except TypeError:                              # unhashable items: the loop below says so
-                pass
-        text = []
-        for v in vals:
-            if type(v) is not list:
-                text.append(None)
-                continue
-            key = tuple(v)
-            t = memo.get(key, _MISSING)
-            if t is _MISSING:
-                t = memo[key] = _dims(v)
-            text.append(t)
+        vals = per_key[col]
+        is_list = np.fromiter(map(isinstance, vals, repeat(list)), dtype=bool, count=len(vals))
+        if not is_list.any():
+            continue
+        lists = list(compress(vals, is_list))
+        try:                                               # one text per distinct value
+            tups = list(map(tuple, lists))
+            for t in dict.fromkeys(tups):
+                if t not in memo:
+                    memo[t] = _dims(list(t))
+        except TypeError:                                  # unhashable items: as unreadable as before
+            raise BadTrace(f"{col} holds nested values") from None
+        text = np.full(len(vals), None, dtype=object)
+        text[is_list] = list(map(memo.__getitem__, tups))
         out[col][rows] = text
     return out
 
