@@ -160,7 +160,8 @@ def worker_ours(path: str, whole: bool = False) -> dict:
     prof.gpu_vs_trainium()
     t3 = time.perf_counter()
     return {"seconds": t3 - t0, "import_s": t1 - t0, "import_cpu_s": c1 - c0, "model_s": t2 - t1,
-            "analyses_s": t3 - t2, "import_peak_rss_mb": import_rss, "peak_rss_mb": _rss_mb(), "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
+            "analyses_s": t3 - t2, "import_peak_rss_mb": import_rss, "peak_rss_mb": _rss_mb(),
+            "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
             "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot),
             "kernels": int(len(kernels))}
 
