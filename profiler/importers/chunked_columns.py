@@ -25,15 +25,16 @@ from neuron_studio.profiler import kineto, timebase
 from neuron_studio.profiler.importers.common import BadTrace
 from neuron_studio.profiler.importers.json_stream import (CHUNK_BYTES, GUESS_ABOVE, EventPiece, NotStreamable,
                                                           StreamedDocument, stream_events)
-from neuron_studio.profiler.importers.torch_chrome import (_EMPTY, _TS_LIMIT_US, SideEvents,
-                                                           _Events, _intern_ids, _numbers, _pair_begin_end,
-                                                           assemble, gpu_rows, op_arg_values)
+from neuron_studio.profiler.importers.torch_chrome import (TS_LIMIT_US, EventColumns, SideEvents, assemble,
+                                                           finite_numbers, gpu_rows, intern_ids, op_arg_values,
+                                                           pair_begin_end)
 from neuron_studio.profiler.importers.torch_events import gpu_arg_columns
 from neuron_studio.profiler.trace import Trace
 
 __all__ = ["ChunkedColumns", "stream_trace"]
 
 _GRID_COLS = ("grid", "block")
+_EMPTY: dict = {}
 _BIG = 1 << 62                      # `_int_or` keeps ints strictly inside ±2**62
 
 
@@ -174,8 +175,8 @@ class ChunkedColumns:
                  e.get("args")) for e in xs])
         if not set(map(type, names)) <= {str} or not set(map(type, cats)) <= {str}:
             raise BadTrace("a name or category is not a string")
-        ts = _numbers(ts_l, "ts", _where)
-        dur = _numbers(dur_l, "dur", _where)
+        ts = finite_numbers(ts_l, "ts", _where)
+        dur = finite_numbers(dur_l, "dur", _where)
         if (dur < 0).any():
             raise BadTrace("negative duration")
         raw_codes, raw_uni = pd.factorize(np.asarray(cats, dtype=object))
@@ -184,8 +185,8 @@ class ChunkedColumns:
         nm_codes, nm_uni = pd.factorize(np.asarray(names, dtype=object))
         nm_remap = np.asarray([self._name(x) for x in nm_uni], dtype=np.int64)
         name_codes = nm_remap[nm_codes]
-        tids, _ = _intern_ids(tid_l, "tid", _where, self.tid_names)
-        pids, _ = _intern_ids(pid_l, "pid", _where, self.pid_names)
+        tids, _ = intern_ids(tid_l, "tid", _where, self.tid_names)
+        pids, _ = intern_ids(pid_l, "pid", _where, self.pid_names)
         keep = cat_codes != self.cat_uni.index("Trace") if "Trace" in self.cat_uni else np.ones(n, dtype=bool)
 
         if "cpu_op" in self.cat_uni:
@@ -251,7 +252,7 @@ class ChunkedColumns:
     def finish(self, streamed: StreamedDocument, name: str) -> Trace:
         n_paired = 0
         if self.has_b:
-            pairs = _pair_begin_end(self.be_events, self.be_pos)
+            pairs = pair_begin_end(self.be_events, self.be_pos)
             for e in pairs:
                 e.pop("_pos")
             n_paired = len(pairs)
@@ -270,14 +271,14 @@ class ChunkedColumns:
         parts = self.cols[k]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=dtype)
 
-    def _events(self, n_paired: int, outside_text: bytes) -> _Events:
+    def _events(self, n_paired: int, outside_text: bytes) -> EventColumns:
         n = self.n
         ts, dur = self._col("ts", np.float64), self._col("dur", np.float64)
         cat_codes = self._col("cat", np.int64)
         cat_arr = np.asarray(self.cat_uni, dtype=object)[cat_codes] if n else np.zeros(0, dtype=object)
         keep = ~(cat_codes == self.cat_uni.index("Trace") if "Trace" in self.cat_uni else np.zeros(n, dtype=bool))
         t0 = float(ts[keep].min()) if keep.any() else 0.0
-        if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
+        if n and (np.abs(ts - t0).max() > TS_LIMIT_US or dur.max() > TS_LIMIT_US):
             raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
         abs_ns, stamps = timebase.us_to_ns(ts), "exact"
         if timebase.needs_text(ts):
@@ -292,7 +293,7 @@ class ChunkedColumns:
         origin = int(abs_ns[keep].min()) if keep.any() else 0
         name_codes = self._col("name", np.int64)
         name_uni = np.asarray(list(self.name_index), dtype=object)
-        return _Events(n=n, name=name_uni[name_codes] if n else np.zeros(0, dtype=object), cat=cat_arr,
+        return EventColumns(n=n, name=name_uni[name_codes] if n else np.zeros(0, dtype=object), cat=cat_arr,
                        start_ns=abs_ns - origin, dur_ns=np.rint(dur * 1000.0).astype(np.int64),
                        tids=self._col("tid", np.int64), tid_names=self.tid_names, pids=self._col("pid", np.int64),
                        keep=keep, t0=t0, origin_ns=origin, timestamps=stamps, cat_codes=cat_codes,

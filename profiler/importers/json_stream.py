@@ -206,7 +206,9 @@ def stream_events(fh: BinaryIO, result: StreamedDocument, *, chunk: int = CHUNK_
     inside the array is reported as truncated), NotStreamable for documents the caller should read whole."""
     first = fh.read(2)
     fh.seek(0)
-    rd = _Reader(gzip.GzipFile(fileobj=fh, mode="rb") if first == b"\x1f\x8b" else fh, chunk)
+    gz = first == b"\x1f\x8b"
+    of = " of the decompressed JSON" if gz else ""     # byte offsets in error messages
+    rd = _Reader(gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh, chunk)
     buf = rd.read()
     i = _skip_ws(buf, 0)
     while i == len(buf) and not rd.eof:
@@ -249,19 +251,19 @@ def stream_events(fh: BinaryIO, result: StreamedDocument, *, chunk: int = CHUNK_
             try:
                 cut, end = _array_cuts(buf)
             except _Invalid as e:
-                raise BadTrace(f"invalid JSON at byte {base + e.pos}: {e.msg}") from None
+                raise BadTrace(f"invalid JSON at byte {base + e.pos}{of}: {e.msg}") from None
             if end >= 0:
                 cut = end
             elif rd.eof:
                 if cut >= 0:                   # whatever is complete must still be valid JSON
-                    _parse_piece(buf[:cut], base, empty_ok=False)
-                raise BadTrace(f"truncated JSON (the file ends early, at byte {rd.pos}, inside traceEvents)")
+                    _parse_piece(buf[:cut], base, of, empty_ok=False)
+                raise BadTrace(f"truncated JSON (the file ends early, at byte {rd.pos}{of}, inside traceEvents)")
             elif cut < 0:
                 want = 2 * max(want, len(buf))    # one event larger than the chunk: read on
                 continue
-            events = _parse_piece(buf[:cut], base, empty_ok=end >= 0 and pieces == 0)
+            events = _parse_piece(buf[:cut], base, of, empty_ok=end >= 0 and pieces == 0)
         elif not events:
-            raise BadTrace(f"invalid JSON at byte {base}: empty element in traceEvents")
+            raise BadTrace(f"invalid JSON at byte {base}{of}: empty element in traceEvents")
         pieces += 1
         yield EventPiece(events, buf[:cut], base)
         events = None
@@ -292,11 +294,11 @@ def stream_events(fh: BinaryIO, result: StreamedDocument, *, chunk: int = CHUNK_
     result.doc = doc
 
 
-def _parse_piece(text: bytes, base: int, *, empty_ok: bool) -> list:
+def _parse_piece(text: bytes, base: int, of: str, *, empty_ok: bool) -> list:
     try:
         events = _parse_array(b"[" + text + b"]")
     except _Invalid as e:
-        raise BadTrace(f"{e.msg} at byte {base + max(e.pos - 1, 0)}") from None
+        raise BadTrace(f"{e.msg} at byte {base + max(e.pos - 1, 0)}{of}") from None
     if not events and not empty_ok:
-        raise BadTrace(f"invalid JSON at byte {base}: empty element in traceEvents")
+        raise BadTrace(f"invalid JSON at byte {base}{of}: empty element in traceEvents")
     return events

@@ -25,13 +25,14 @@ from neuron_studio.profiler.importers.torch_events import gpu_arg_columns, port_
 from neuron_studio.profiler.importers.torch_op_sizes import derive_sizes, is_inplace, per_name
 from neuron_studio.profiler.trace import Trace
 
-__all__ = ["plain_chrome_trace"]
+__all__ = ["plain_chrome_trace", "assemble", "EventColumns", "SideEvents", "op_arg_values", "gpu_rows",
+           "intern_ids", "finite_numbers", "pair_begin_end", "TS_LIMIT_US"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 _EMPTY: dict = {}
 _GET_PH = operator.methodcaller("get", "ph")
 _FIELDS = operator.itemgetter("name", "cat", "ts", "dur", "tid")
-_TS_LIMIT_US = 9.0e15  # int64 nanoseconds
+TS_LIMIT_US = 9.0e15  # int64 nanoseconds
 
 
 class _Where:
@@ -56,7 +57,7 @@ def _is_num(v: Any) -> bool:
     return type(v) is int or type(v) is float
 
 
-def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
+def finite_numbers(values: Any, what: str, where: _Where) -> np.ndarray:
     if not set(map(type, values)) <= {int, float}:
         _fail_first(values, _is_num, f"{what} must be a number", where)
     try:
@@ -69,7 +70,7 @@ def _numbers(values: Any, what: str, where: _Where) -> np.ndarray:
     return arr
 
 
-def _intern_ids(values: Any, what: str, where: _Where, names: dict | None = None) -> tuple[np.ndarray, dict]:
+def intern_ids(values: Any, what: str, where: _Where, names: dict | None = None) -> tuple[np.ndarray, dict]:
     """pid/tid values → int64 (ints as given, decimal strings such as 2021's "25738" as their number; other
     strings such as "Spans" or "stream 7" numbered above 2**40, in order of first appearance; `names` carries
     that numbering across calls)."""
@@ -131,7 +132,7 @@ def _step_number(s: str) -> int:
     return int(tail) if tail.isdigit() and len(tail) < 10 else -1
 
 
-def _pair_begin_end(evs: list[dict], pos: list[int]) -> list[dict]:
+def pair_begin_end(evs: list[dict], pos: list[int]) -> list[dict]:
     """Match "B"/"E" events per (pid, tid) into complete events (unmatched ones are dropped)."""
     stacks: dict[tuple, list] = {}
     out = []
@@ -158,7 +159,7 @@ def _pair_begin_end(evs: list[dict], pos: list[int]) -> list[dict]:
 
 # -- events as columns ----------------------------------------------------------------------------------------
 @dataclass
-class _Events:
+class EventColumns:
     """The complete events as columns: names, categories, ns times from the first event, interned threads."""
 
     n: int                    # complete events (X, then matched B/E pairs)
@@ -195,13 +196,13 @@ def _complete_events(events: list) -> tuple[list[dict], _Where, list]:
     extra: list[int] = []
     if "B" in set(phs):
         be_pos = [i for i, p in enumerate(phs) if p in ("B", "E")]
-        be = _pair_begin_end([events[i] for i in be_pos], be_pos)
+        be = pair_begin_end([events[i] for i in be_pos], be_pos)
         xs += be
         extra = [e.pop("_pos") for e in be]
     return xs, _Where(phs, extra), phs
 
 
-def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: bytes | None) -> _Events:
+def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: bytes | None) -> EventColumns:
     """Check each field's type and range (naming the first bad event) and lay the events out as columns."""
     n = len(xs)
     try:  # fast path: every event has all five keys (torch.profiler's do)
@@ -217,8 +218,8 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
         _fail_first(names, lambda v: type(v) is str, "name must be a string", where)
     if not set(map(type, cats)) <= {str}:
         _fail_first(cats, lambda v: type(v) is str, "cat must be a string", where)
-    ts = _numbers(ts_l, "ts", where)
-    dur = _numbers(dur_l, "dur", where)
+    ts = finite_numbers(ts_l, "ts", where)
+    dur = finite_numbers(dur_l, "dur", where)
     if n and (dur < 0).any():
         j = int(np.flatnonzero(dur < 0)[0])
         raise BadTrace(f"event {where(j)}: negative duration {dur[j]}")
@@ -231,15 +232,15 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
     cat_arr = np.asarray(cat_uni, dtype=object)[cat_codes] if n else np.zeros(0, dtype=object)
     keep = ~(cat_codes == cat_uni.index("Trace") if "Trace" in cat_uni else np.zeros(n, dtype=bool))
     t0 = float(ts[keep].min()) if keep.any() else 0.0
-    if n and (np.abs(ts - t0).max() > _TS_LIMIT_US or dur.max() > _TS_LIMIT_US):
+    if n and (np.abs(ts - t0).max() > TS_LIMIT_US or dur.max() > TS_LIMIT_US):
         raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
     abs_ns, timestamps = start_abs_ns(ts, events, phs, raw, n_paired=len(where.extra))
     origin = int(abs_ns[keep].min()) if keep.any() else 0
-    tids, tid_names = _intern_ids(tid_l, "tid", where)
-    pids, _ = _intern_ids(pid_l, "pid", where)
+    tids, tid_names = intern_ids(tid_l, "tid", where)
+    pids, _ = intern_ids(pid_l, "pid", where)
     name_arr = np.asarray(names, dtype=object)
     name_codes, name_uni = pd.factorize(name_arr)
-    return _Events(n=n, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
+    return EventColumns(n=n, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
                    dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, pids=pids,
                    keep=keep, t0=t0, origin_ns=origin, timestamps=timestamps,
                    cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni)
@@ -261,7 +262,7 @@ def op_arg_values(args: list[dict]) -> tuple[list, list]:
             [float(v) if type(v) in (int, float) and 0 <= v < 1e24 else 0.0 for v in fl_raw])
 
 
-def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray, extra: dict) -> pd.DataFrame:
+def _host_frame(ev: EventColumns, in_shapes: np.ndarray, flops_host: np.ndarray, extra: dict) -> pd.DataFrame:
     keep = ev.keep
     return frame_of({
         "name": ev.name[keep], "category": ev.cat[keep], "thread": ev.tids[keep],
@@ -271,7 +272,7 @@ def _host_frame(ev: _Events, in_shapes: np.ndarray, flops_host: np.ndarray, extr
     })
 
 
-def _step_windows(ev: _Events) -> tuple[np.ndarray, np.ndarray]:
+def _step_windows(ev: EventColumns) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the CPU "ProfilerStep#N" events (a `gpu_user_annotation` copy is not a step) and their N."""
     on_cpu = np.zeros(ev.n, dtype=bool)
     for c in kineto.STEP_CATEGORIES:
@@ -296,7 +297,7 @@ def _step_of(start: np.ndarray, pid: np.ndarray, w_start: np.ndarray, w_end: np.
     return out
 
 
-def _region_values(ev: _Events, is_cpu_op: np.ndarray, leaf_rows: np.ndarray,
+def _region_values(ev: EventColumns, is_cpu_op: np.ndarray, leaf_rows: np.ndarray,
                    ann: np.ndarray, step_no: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """Per op: phase (inside an autograd engine function → backward) and step (its ProfilerStep window);
     and the number of steps seen."""
@@ -329,7 +330,7 @@ def _sizes(names: list, in_shapes: list, flops: list, row_args: list[dict]) -> l
     return derived
 
 
-def _ops_frame(ev: _Events, rows: np.ndarray, derived: list[tuple], phase: np.ndarray,
+def _ops_frame(ev: EventColumns, rows: np.ndarray, derived: list[tuple], phase: np.ndarray,
                steps: np.ndarray) -> pd.DataFrame:
     m = len(rows)
     cols = list(zip(*derived)) if derived else [()] * 10
@@ -384,7 +385,7 @@ class SideEvents:
                    kineto.flow_summary(by_phase["s"]))
 
 
-def _imported_meta(ev: _Events, doc: dict, name: str, side: SideEvents, n_ops: int, n_steps: int,
+def _imported_meta(ev: EventColumns, doc: dict, name: str, side: SideEvents, n_ops: int, n_steps: int,
                    windows: list[dict]) -> dict:
     n_events = side.n_events
     keep = ev.keep
@@ -441,13 +442,13 @@ def plain_chrome_trace(events: list, doc: dict, name: str, raw: bytes | None = N
     return assemble(ev, op_rows, shapes, flops, args, extra, SideEvents.of(events, phs), doc, name)
 
 
-def op_rows_of(ev: _Events) -> np.ndarray:
+def op_rows_of(ev: EventColumns) -> np.ndarray:
     """Rows of the ops: library operators (aten::mm, c10d::allreduce_) recorded as cpu_op; wrapper nodes
     (torch::autograd::AccumulateGrad, torch::distributed::reducer::mul_out) are not, so the ops inside them are."""
     return np.flatnonzero(ev.cat_is("cpu_op") & ev.keep & ev.name_matches(kineto.is_op_name))
 
 
-def assemble(ev: _Events, op_rows: np.ndarray, shapes: list, flops: list, size_args: list, extra: dict,
+def assemble(ev: EventColumns, op_rows: np.ndarray, shapes: list, flops: list, size_args: list, extra: dict,
              side: SideEvents, doc: dict, name: str) -> Trace:
     """The complete events as columns (plus, per op row, its "Input Dims" text, FLOPs and the args its sizes
     come from; the GPU arg columns; the other events' summaries) → the imported `Trace`."""
