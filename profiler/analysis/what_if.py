@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings",
+__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings", "write_backs",
            "COLUMNS", "REMODEL_MAX_OPS", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
@@ -29,9 +29,10 @@ EXACT = "re-modeled: same ops on this chip (exact under the model)"
 APPROX_GROUPING = ("re-modeled, approximate: the model's adaptive-eager grouping over the recorded sync points "
                    "(TorchNeuron's heuristic is not public)")
 APPROX_GRAPHS = ("re-modeled, approximate: graphs assumed between the trace's sync points, CPU fallbacks, host "
-                 "copies, collectives and forward/backward/optimizer boundaries; Dynamo's own graph breaks, the "
-                 "copies that write a graph's in-place updates back to its inputs (optimizer state, parameters: "
-                 "one launch each) and recompiles are not known from this trace, so compile can be slower than shown")
+                 "copies, collectives and forward/backward/optimizer boundaries, each followed by one copy per "
+                 "input its in-place ops update (estimated from the storages they write); Dynamo's own graph "
+                 "breaks, state it keeps on the host in eager mode (e.g. optimizer step counters) and recompiles "
+                 "are not known from this trace, so compile can be slower than shown")
 APPROX_DECOMPOSED = ("re-modeled, approximate: the compiled graphs' decomposed ops stand in for the eager ops")
 APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kernel model at a reference call) "
                  "subtracted from this profile's step")
@@ -93,6 +94,53 @@ def synthetic_graphs(trace_ops: pd.DataFrame) -> np.ndarray:
     return graph
 
 
+def _ids(v: Any) -> list[str]:
+    """Storage ids of a `reads`/`writes` cell ("3,7", a sequence, or missing)."""
+    if isinstance(v, str):
+        return [x for x in v.split(",") if x]
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [str(x) for x in v]
+    return []
+
+
+def write_backs(trace_ops: pd.DataFrame, graph: np.ndarray) -> pd.DataFrame:
+    """The copies a compiled graph makes after it runs to write its in-place updates back to its inputs
+    (functionalization: one `aten::copy_` launch per mutated input, as the emulator's compile mode records).
+
+    A graph's mutated inputs are the storages its in-place ops write that no earlier op of the same graph
+    created; each becomes one copy row (sized as the op that last wrote it) right after the graph's last op.
+    Needs the storages each op wrote (`writes`, recorded by the emulator); without them, none."""
+    if "writes" not in trace_ops or "is_inplace" not in trace_ops or not len(trace_ops):
+        return trace_ops.iloc[0:0]
+    writes = trace_ops["writes"].to_numpy(dtype=object)
+    inplace = trace_ops["is_inplace"].to_numpy(dtype=bool)
+    rows: list[pd.Series] = []
+    order: list[float] = []
+    for g in np.unique(graph[graph >= 0]):
+        idx = np.flatnonzero(graph == g)
+        created: set[str] = set()
+        mutated: dict[str, int] = {}
+        for i in idx:
+            for sid in _ids(writes[i]):
+                if inplace[i] and sid not in created:
+                    mutated[sid] = int(i)
+                elif not inplace[i]:
+                    created.add(sid)
+        for k, (sid, i) in enumerate(mutated.items()):
+            r = trace_ops.iloc[i].copy()
+            r["name"], r["overload"], r["reads"], r["writes"] = "aten::copy_", None, sid, sid
+            r["in_bytes"] = 2 * float(r["out_bytes"])        # reads the new value and the input, writes the input
+            r["flops"], r["is_view"], r["graph"] = 0.0, False, -1
+            rows.append(r)
+            order.append(idx[-1] + (k + 1) / (len(mutated) + 1))
+    if not rows:
+        return trace_ops.iloc[0:0]
+    out = pd.DataFrame(rows)
+    out["seq"] = int(trace_ops["seq"].max()) + 1 + np.arange(len(out))
+    out.index = pd.Index(order)
+    return out
+
+
 def ops_for_mode(trace_ops: pd.DataFrame, recorded_mode: str, mode: str) -> tuple[pd.DataFrame, str]:
     """The recorded ops as the model should see them in `mode`, and how well that is known."""
     has_graphs = bool(len(trace_ops)) and bool((trace_ops["graph"] >= 0).any())
@@ -101,7 +149,13 @@ def ops_for_mode(trace_ops: pd.DataFrame, recorded_mode: str, mode: str) -> tupl
     if mode == "compile":
         if has_graphs:
             return trace_ops, EXACT
-        return trace_ops.assign(graph=synthetic_graphs(trace_ops)), APPROX_GRAPHS
+        graph = synthetic_graphs(trace_ops)
+        ops = trace_ops.assign(graph=graph).reset_index(drop=True)
+        extra = write_backs(ops, graph)
+        if len(extra):   # each copy right after its graph's last op (fractional positions, then renumbered)
+            ops = pd.concat([ops.set_axis(np.arange(len(ops), dtype=float)), extra]).sort_index(kind="stable")
+            ops = ops.reset_index(drop=True)
+        return ops, APPROX_GRAPHS
     if recorded_mode == "compile" and has_graphs:
         return trace_ops.assign(graph=np.full(len(trace_ops), -1, dtype=np.int64)), APPROX_DECOMPOSED
     return trace_ops, APPROX_GROUPING if mode == "adaptive" else EXACT
