@@ -112,21 +112,28 @@ class _RecordingInterpreter(torch.fx.Interpreter):
         return out
 
 
-def _graph_runner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
+def _graph_runner(kind: str, on_neuron: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
+    """Runs AOTAutograd's graph; `on_neuron`: the graph computes on neuron tensors (on their CPU data), so the
+    tensors it returns, saved activations included, are counted as device memory."""
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         from functorch.compile import make_boxed_func
 
         bus = _device.registry().bus
+        memory = _device.registry().memory if on_neuron else None
 
         def run(*args: Any) -> Any:
             if not bus.active:
-                return gm(*args)
-            prev = bus.current_graph
-            bus.current_graph = bus.next_graph_launch()
-            try:
-                return _RecordingInterpreter(gm, 0).run(*args)
-            finally:
-                bus.current_graph = prev
+                out = gm(*args)
+            else:
+                prev = bus.current_graph
+                bus.current_graph = bus.next_graph_launch()
+                try:
+                    out = _RecordingInterpreter(gm, 0).run(*args)
+                finally:
+                    bus.current_graph = prev
+            if memory is not None:  # what the graph returns (saved activations too) is device memory
+                memory.adopt(out, torch.neuron.current_device())
+            return out
 
         return make_boxed_func(run)
 
@@ -153,9 +160,9 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
     t0 = time.perf_counter_ns()
     from torch._dynamo.backends.common import aot_autograd
 
-    compiled = aot_autograd(fw_compiler=_graph_runner("forward"), bw_compiler=_graph_runner("backward"))(
-        gm, example_inputs
-    )
+    on_neuron = any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in example_inputs)
+    compiled = aot_autograd(fw_compiler=_graph_runner("forward", on_neuron),
+                            bw_compiler=_graph_runner("backward", on_neuron))(gm, example_inputs)
     reg.compile_log.append({
         "graph_key": key,
         "shapes": shapes,

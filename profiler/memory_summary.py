@@ -105,6 +105,7 @@ def _measured_block(prof: Any) -> dict[str, Any] | None:
 def _notes(prof: Any) -> list[str]:
     out = ["bytes of live device tensors as the emulator's allocator counts them (exact for the emulated device)"]
     if prof.trace.mode == "compile":
-        out.append("compile mode: tensors a compiled graph keeps inside itself (its saved activations) run on "
-                   "host buffers of the emulator and are not counted; eager or adaptive mode shows them")
+        out.append("compile mode: what a compiled graph returns is counted, the activations it saves for backward "
+                   "too; its intermediates are not (on Trainium they are the compiled graph's own runtime memory, "
+                   "outside the allocator's count as well)")
     return out

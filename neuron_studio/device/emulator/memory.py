@@ -165,6 +165,31 @@ class MemoryTracker:
         for log in self._logs:
             log.renewed[entry[2]] = log.renewed.get(old_id, old_id)
 
+    def adopt(self, outputs: Any, index: int) -> None:
+        """Count the host tensors a compiled graph returns (`outputs`, nested lists/tuples) as memory of device
+        `index` while their storage lives. AOTAutograd runs a compiled graph on the CPU data of neuron tensors,
+        so the activations its forward graph saves for backward come back as plain host tensors that no
+        wrapper owns (autograd then keeps other tensor objects on the same storage: the weakref is on the
+        storage). Outputs that are, or alias, storages already counted are counted once."""
+        if isinstance(outputs, (list, tuple)):
+            for o in outputs:
+                self.adopt(o, index)
+            return
+        if type(outputs) is not torch.Tensor or outputs.device.type != "cpu":
+            return
+        st = outputs.untyped_storage()
+        key = (index, st.data_ptr())
+        if key[1] == 0:
+            return
+        entry = self._storages.get(key)
+        if entry is None:
+            entry = self._storages[key] = [1, 0, 0, key, None]
+            self._allocate(entry, index, st.nbytes(), outputs)
+        else:
+            entry[0] += 1
+        ref = weakref.ref(st, self._release)
+        self._refs[id(ref)] = (ref, entry)
+
     def reset_peak(self, index: int) -> None:
         d = self.devices[index]
         d.peak = d.allocated
@@ -182,12 +207,24 @@ class MemoryTracker:
 
     def storage_id(self, t: Any) -> int | None:
         """The allocation id of the storage behind neuron tensor `t` (None: not a tracked neuron tensor). A
-        DTensor (FSDP2's sharded parameters, gradients and optimizer state) answers for its local shard."""
+        DTensor (FSDP2's sharded parameters, gradients and optimizer state) answers for its local shard, a
+        host tensor a compiled graph returned (`adopt`) for itself."""
         elem = getattr(t, "_elem", None)
         index = getattr(t, "_nidx", None)
         if elem is None or index is None:
             local = getattr(t, "_local_tensor", None)
-            return self.storage_id(local) if isinstance(local, torch.Tensor) else None
+            if isinstance(local, torch.Tensor):
+                return self.storage_id(local)
+            if type(t) is torch.Tensor and t.device.type == "cpu":  # a compiled graph's output (see adopt)
+                try:
+                    ptr = t.untyped_storage().data_ptr()
+                except RuntimeError:
+                    return None
+                for i in range(len(self.devices)):
+                    entry = self._storages.get((i, ptr))
+                    if entry is not None:
+                        return entry[2]
+            return None
         try:
             entry = self._storages.get((index, elem.untyped_storage().data_ptr()))
         except RuntimeError:
