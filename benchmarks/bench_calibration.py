@@ -6,7 +6,10 @@ equivalent aten/c10d op with `profiler.model.model_run`; `step:bert_large_ph1` r
 step (all aten ops with shapes, on meta tensors) and models it as the compiled graph torch-neuronx runs. Prints modeled / measured per row and the geometric-mean error
 (exp of the mean |log ratio|) over the rows in the fit.
 
-    python benchmarks/bench_calibration.py [--rows ID ...] [--no-step]
+    python benchmarks/bench_calibration.py [--rows ID ...] [--no-step] [--write]
+
+`--write` stores each row's modeled value in calibration.json; the calibration error the UI states
+(`ModelConfig.calibration_error`) is derived from the stored values, and tests/test_calibration.py recomputes them.
 
 Kernel rows run at the published shapes with the Tensor Engine's numerics skipped (the interpreter's numpy
 matmuls would take minutes); before that, each port is run at a small shape with and without numerics and the
@@ -31,11 +34,13 @@ import torch  # noqa: E402
 import calibration_kernels as ck  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from neuron_studio.device.emulator.op_event_fields import storage_ids  # noqa: E402
-from neuron_studio.device.events import OpEvent  # noqa: E402
+from neuron_studio.device.events import OpEvent, StorageIds  # noqa: E402
 from neuron_studio.kernels import kernel_time  # noqa: E402
 from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
 from neuron_studio.profiler.model import model_run  # noqa: E402
-from neuron_studio.profiler.model.calibration import CalibrationRow, geomean_error, load_calibration  # noqa: E402
+from neuron_studio.profiler.model.calibration import (  # noqa: E402
+    CalibrationRow, geomean_error, load_calibration, stated_error, write_modeled,
+)
 
 
 # -- kernels ----------------------------------------------------------------------------------------------
@@ -195,12 +200,14 @@ class _MetaRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.events: list[OpEvent] = []
+        self.storages = StorageIds()
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         out = func(*args, **(kwargs or {}))
         ins = [a for a in _flat(args) + _flat(list((kwargs or {}).values())) if isinstance(a, torch.Tensor)]
         outs = [o for o in _flat([out]) if isinstance(o, torch.Tensor)]
-        reads, writes = storage_ids(func, args, kwargs or {}, out if isinstance(out, (tuple, list)) else (out,))
+        reads, writes = storage_ids(func, args, kwargs or {}, out if isinstance(out, (tuple, list)) else (out,),
+                                    self.storages)
         self.events.append(OpEvent(
             seq=len(self.events) + 1, name=func._schema.name, overload=func._overloadname, start_ns=0, end_ns=0,
             thread=0, device_index=0, input_shapes=tuple(tuple(t.shape) for t in ins),
@@ -266,10 +273,16 @@ _REPRODUCERS: dict[str, Callable[[CalibrationRow], float]] = {
     "kernel": model_kernel, "op": model_op, "collective": model_collective, "step": model_step}
 
 
+def reproduce(row: CalibrationRow) -> float:
+    """The model's value (µs) for one calibration row."""
+    return _REPRODUCERS[row.kind](row)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", nargs="*", help="only these row ids")
     ap.add_argument("--no-step", action="store_true", help="skip the BERT-Large step (the slowest row)")
+    ap.add_argument("--write", action="store_true", help="store the modeled values in calibration.json")
     args = ap.parse_args()
     rows = load_calibration()
     if args.rows:
@@ -280,7 +293,7 @@ def main() -> None:
     fit, out = [], []
     for row in rows:
         t0 = time.perf_counter()
-        modeled = _REPRODUCERS[row.kind](row)
+        modeled = reproduce(row)
         wall = time.perf_counter() - t0
         r = modeled / row.value
         flag = "" if row.in_fit else "  (not in fit)"
@@ -294,6 +307,10 @@ def main() -> None:
         worst = max(fit, key=lambda x: abs(math.log(x)))
         print(f"\nrows in fit: {len(fit)}; geometric-mean error {geomean_error(fit):.3f}x; worst ratio {worst:.2f}; "
               f"all within 0.67-1.5x: {all(1 / 1.5 <= x <= 1.5 for x in fit)}")
+    if args.write:
+        write_modeled({row.id: modeled for row, modeled, _ in out})
+        print(f"stored {len(out)} modeled values; calibration error stated by the model: "
+              f"{stated_error(load_calibration()):.3f}x")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from neuron_studio.kernels.interpreter import language as nl
 from neuron_studio.kernels.interpreter.jit import JitKernel
 from neuron_studio.profiler.model import ModelConfig, model_run
 from neuron_studio.profiler.model.calibration import (
-    CALIBRATION_PATH, CalibrationError, geomean_error, load_calibration,
+    CALIBRATION_PATH, CalibrationError, data_set_error, geomean_error, load_calibration, stated_error, write_modeled,
 )
 
 
@@ -60,6 +60,66 @@ def test_calibration_loader_rejects_rows_without_a_reason_to_be_left_out(tmp_pat
         load_calibration(p)
     assert geomean_error([2.0, 0.5]) == pytest.approx(2.0)
     assert geomean_error([1.0]) == 1.0
+
+
+# -- the stated calibration error: derived from the data set, the data set checked against the model ---------
+def test_the_stated_calibration_error_is_derived_from_the_stored_modeled_values() -> None:
+    rows = load_calibration()
+    fit = [r for r in rows if r.in_fit]
+    assert all(r.modeled is not None for r in rows), "run python benchmarks/bench_calibration.py --write"
+    stated = ModelConfig().calibration_error
+    assert stated == pytest.approx(geomean_error(r.modeled / r.value for r in fit))
+    assert stated == data_set_error() and stated <= 1.25
+    assert all(1 / 1.5 <= r.ratio <= 1.5 for r in fit)
+
+
+def test_a_changed_or_missing_stored_value_changes_or_blocks_the_stated_error(tmp_path) -> None:
+    p = tmp_path / "c.json"
+    p.write_text(CALIBRATION_PATH.read_text())
+    rows = load_calibration(p)
+    first = next(r for r in rows if r.in_fit)
+    before = data_set_error(p)
+    write_modeled({first.id: first.value * 3}, p)
+    assert data_set_error(p) > before
+    assert load_calibration(p)[rows.index(first)].modeled == pytest.approx(first.value * 3)
+    with pytest.raises(CalibrationError, match="no calibration row"):
+        write_modeled({"no-such-row": 1.0}, p)
+    doc = json.loads(p.read_text())
+    doc["rows"][rows.index(first)].pop("modeled")
+    p.write_text(json.dumps(doc))
+    with pytest.raises(CalibrationError, match="no stored modeled value.*--write"):
+        stated_error(load_calibration(p))
+
+
+@pytest.fixture(scope="module")
+def bench_calibration():
+    """benchmarks/bench_calibration.py as a module: its reproducers are what the stored values came from."""
+    import importlib
+    import os
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    os.environ.setdefault("NEURON_STUDIO_NKI", "interpreter")
+    sys.path.insert(0, str(bench))
+    try:
+        yield importlib.import_module("bench_calibration")
+    finally:
+        sys.path.remove(str(bench))
+
+
+_ROWS = load_calibration()
+# The matmul tutorial kernels run minutes each on the interpreter: recomputed in the slow suite only.
+_SLOW_ROWS = {r.id for r in _ROWS if r.reproduce.startswith("kernel:matmul")}
+
+
+@pytest.mark.parametrize("row_id", [pytest.param(r.id, marks=pytest.mark.slow) if r.id in _SLOW_ROWS else r.id
+                                    for r in _ROWS])
+def test_the_stored_modeled_value_is_what_the_model_gives_today(row_id: str, bench_calibration) -> None:
+    """Fails when a model change moves a calibration row without re-running the benchmark (--write)."""
+    row = next(r for r in _ROWS if r.id == row_id)
+    assert row.modeled is not None
+    assert bench_calibration.reproduce(row) == pytest.approx(row.modeled, rel=1e-6, abs=2e-3)
 
 
 # -- kernel model ------------------------------------------------------------------------------------------

@@ -130,8 +130,8 @@ def test_a_captured_compiled_graph_overlaps_its_independent_ops() -> None:
     import neuron_studio  # noqa: F401
     from neuron_studio.profiler.capture import profile
 
-    x = torch.randn(512, 512, device="neuron", dtype=torch.bfloat16)
-    y = torch.randn(512, 512, device="neuron", dtype=torch.bfloat16)
+    x = torch.randn(1024, 1024, device="neuron")   # compute-bound mm: HBM is free for exp while it runs
+    y = torch.randn(1024, 1024, device="neuron")
     f = torch.compile(lambda a, b: (a @ a, torch.exp(b)), backend="neuron", dynamic=False)
     f(x, y)
     prof = profile(lambda: f(x, y), chip="trn2", mode="compile", host_events=False)
@@ -142,7 +142,21 @@ def test_a_captured_compiled_graph_overlaps_its_independent_ops() -> None:
     assert o["start_ns"][i_exp] < o["end_ns"][i_mm] and o["start_ns"][i_mm] < o["end_ns"][i_exp]
     serial = model_run(prof.trace.ops.drop(columns=["reads", "writes"]), chip="trn2", mode="compile")
     assert run.summary.step_time_ns < serial.summary.step_time_ns
-    np.testing.assert_allclose(run.ops["duration_ns"], serial.ops["duration_ns"])
+    np.testing.assert_allclose(run.ops["duration_ns"][i_mm], serial.ops["duration_ns"][i_mm])
+    # exp does not read mm's output: with the facts it reads its input from HBM (the size rule guessed on-chip)
+    assert run.ops["bytes_read"][i_exp] == 1024 * 1024 * 4 and serial.ops["bytes_read"][i_exp] == 0
+
+
+def test_the_chain_rule_keeps_only_real_producer_consumer_pairs_on_chip() -> None:
+    """Fused ops: an input is read from SBUF only when the previous op wrote it; an output stays on chip only
+    when the next op reads it (the storages each op read and wrote; without them, equal byte sizes)."""
+    chained = model_run(_mm_and_exp((3,)), chip="trn2", mode="compile").ops
+    independent = model_run(_mm_and_exp((4,)), chip="trn2", mode="compile").ops
+    guessed = model_run(_mm_and_exp((4,), with_facts=False), chip="trn2", mode="compile").ops
+    tile = M * M * 2
+    assert (chained["bytes_written"][0], chained["bytes_read"][1]) == (0, 0)
+    assert (independent["bytes_written"][0], independent["bytes_read"][1]) == (tile, tile)
+    assert (guessed["bytes_written"][0], guessed["bytes_read"][1]) == (0, 0)
 
 
 # -- invariants with dependency facts --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Iterator
 
 __all__ = [
     "OpEvent",
+    "StorageIds",
     "Subscription",
     "EventBus",
     "SYNC_ITEM",
@@ -76,6 +77,26 @@ class OpEvent:
         return self.end_ns - self.start_ns
 
 
+class StorageIds:
+    """Stable ids for storages, one per storage lifetime: a storage's address can be reused once it is freed, so
+    an op's fresh output gets a new id even at an address seen before (no false dependency on the old one)."""
+
+    def __init__(self) -> None:
+        self._ids: dict[int, int] = {}
+        self._last = 0
+
+    def of(self, address: int) -> int:
+        """The id of the live storage at `address` (a new one for a storage first seen here)."""
+        i = self._ids.get(address)
+        return i if i is not None else self.fresh(address)
+
+    def fresh(self, address: int) -> int:
+        """A new id for a storage an op just created at `address`."""
+        self._last += 1
+        self._ids[address] = self._last
+        return self._last
+
+
 class Subscription:
     """A bounded FIFO of OpEvents for one consumer. When full, the oldest events are dropped and counted."""
 
@@ -130,6 +151,7 @@ class EventBus:
         self._seq = 0
         self._graph_launches = 0
         self.record_errors = 0  # ops whose event could not be built (counted, never raised)
+        self.storages = StorageIds()  # ids of the storages ops read and write (OpEvent.reads/writes)
 
     def next_seq(self) -> int:
         self._seq += 1

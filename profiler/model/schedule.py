@@ -243,11 +243,16 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         prev_real = np.concatenate(([-1], prev_real[:-1]))
         pr = np.maximum(prev_real, 0)
         has_prev = real & (prev_real >= 0) & (group[pr] == group) & ~is_fb & ~is_tr
+        feeds = np.ones(n, dtype=bool)
+        if cols.reads is not None and cols.writes is not None:
+            # with the storages ops read and wrote, a chain link is a real producer -> consumer pair
+            feeds = _reads_what_prev_wrote(_take(cols.reads, order), _take(cols.writes, order), pr, has_prev)
+            has_prev &= feeds
         rd = np.where(has_prev, in_b - np.minimum(in_b, out_b[pr]), in_b)
         next_real = np.minimum.accumulate(np.where(real, ar, n)[::-1])[::-1]
         next_real = np.concatenate((next_real[1:], [n]))
         nr = np.minimum(next_real, n - 1)
-        has_next = real & (next_real < n) & (group[nr] == group) & ~is_fb & ~is_tr
+        has_next = real & (next_real < n) & (group[nr] == group) & ~is_fb & ~is_tr & feeds[nr]
         wr = np.where(has_next, 0.0, out_b)
     tb = _take(cols.transfer_bytes, order)
     tb = np.where(tb > 0, tb, np.maximum(in_b, out_b))
@@ -277,6 +282,16 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         reads=None if cols.reads is None else _take(cols.reads, order),
         writes=None if cols.writes is None else _take(cols.writes, order),
     )
+
+
+def _reads_what_prev_wrote(reads: np.ndarray, writes: np.ndarray, prev: np.ndarray, has_prev: np.ndarray) -> np.ndarray:
+    """Per row: does it read a storage its previous device op wrote? True where either row's facts are unknown."""
+    out = np.ones(len(reads), dtype=bool)
+    for i in np.flatnonzero(has_prev).tolist():
+        r, w = reads[i], writes[prev[i]]
+        if r is not None and w is not None:
+            out[i] = not set(r).isdisjoint(w)
+    return out
 
 
 def _link_bytes(cols: OpColumns, order: np.ndarray | None, world_size: int) -> np.ndarray | None:

@@ -475,7 +475,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
     index = target if target >= 0 else next(
         (a._nidx for a in args if type(a) is NeuronTensor), 0
     )
-    reads, writes = storage_ids(func, uargs, kw, outs)
+    reads, writes = storage_ids(func, uargs, kw, outs, bus.storages)
     event = ev.OpEvent(
         seq=bus.next_seq(),
         name=name,
