@@ -212,10 +212,16 @@ def test_adaptive_groups_overlap_engines_and_compute_counts_them_once():
     torch.manual_seed(0)
     model = TransformerBlock(64, 4).to("neuron")
     x = torch.randn(2, 32, 64, device="neuron")
+    # independent work on two engines in the same group: a compute-bound matmul (Tensor) and an exp (Scalar)
+    # of another tensor; the block itself is one dependency chain of small memory-bound ops, which do not overlap
+    w = torch.randn(1024, 1024, device="neuron")
+    z = torch.randn(256, 1024, device="neuron")
 
     def step():
         with torch.no_grad():
             model(x)
+            w @ w
+            z.exp()
 
     prof = profile(step, steps=2, warmup=1, mode="adaptive", chip="trn2")
     d = prof.device_run.ops_frame()
