@@ -1,8 +1,8 @@
 """Launch grouping, per-op durations and the per-core timeline, all on numpy columns.
 
 Pipeline (each step a pure function of arrays): engines → groups (mode rules) → launches → HBM traffic after
-fusion → durations on one chip → per-core timeline (launches in order, the ops of one launch list-scheduled over the engines). The same groups
-are re-timed on the H100 spec.
+fusion → durations on one chip → per-core timeline (launches in order, the ops of one launch list-scheduled over
+the engines, profiler/model/layout.py). The same groups are re-timed on the H100 spec.
 """
 from __future__ import annotations
 
