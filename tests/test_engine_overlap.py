@@ -210,3 +210,22 @@ def test_overlap_does_not_depend_on_machine_load() -> None:
 def test_step_range_still_brackets_the_step_with_overlap() -> None:
     s = model_run(_mm_and_exp((4,)), chip="trn2", mode="compile", config=ModelConfig()).summary
     assert s.step_time_low_ns <= s.step_time_ns <= s.step_time_high_ns
+
+
+def test_the_dependency_facts_travel_with_the_trace(tmp_path) -> None:
+    """Parquet and the studio's Chrome trace carry the reads/writes columns: an imported run models the same
+    overlapped step as the live one."""
+    import neuron_studio  # noqa: F401
+    from neuron_studio.profiler.capture import profile
+    from neuron_studio.profiler.export import to_chrome_trace, to_parquet
+    from neuron_studio.profiler.importers import read_trace
+
+    x = torch.randn(1024, 1024, device="neuron")
+    z = torch.randn(256, 1024, device="neuron")
+    prof = profile(lambda: (x @ x, z.exp()), chip="trn2", mode="adaptive", host_events=False)
+    live = model_run(prof.trace.ops, chip="trn2", mode="adaptive").summary.step_time_ns
+    serial = model_run(prof.trace.ops.drop(columns=["reads", "writes"]), chip="trn2", mode="adaptive")
+    assert live < serial.summary.step_time_ns
+    for path in (to_parquet(prof.trace, tmp_path / "run"), to_chrome_trace(prof, tmp_path / "run.json")):
+        ops = read_trace(path).ops
+        assert model_run(ops, chip="trn2", mode="adaptive").summary.step_time_ns == live
