@@ -320,7 +320,12 @@ class Profile:
         if self.hot_basis != _gaps.MODELED:
             raise _wi.WhatIfError("this trace's ops were recorded without input shapes, so the NeuronCore model "
                                   "cannot re-model them; record with torch.profiler.profile(record_shapes=True)")
-        modes = tuple(modes) if modes is not None else MODES
+        measured = not self.modeled_figures
+        modes = tuple(modes) if modes is not None else ((self.summary.mode,) if measured else MODES)
+        if measured and set(modes) - {self.summary.mode}:
+            raise _wi.WhatIfError(
+                f"this profile was measured in {self.summary.mode} mode; its device rows are what that mode ran, so "
+                "another mode cannot be re-modeled from them. Profile the cell in that mode, or on the emulator")
         chips = tuple(c.lower() for c in chips) if chips is not None else trainium_chips()
         bad = [m for m in modes if m not in MODES] + [c for c in chips if c not in trainium_chips()]
         if bad:
@@ -338,9 +343,12 @@ class Profile:
             except ImportError:  # pragma: no cover - the kernels package ships with the studio
                 swappable = ()
             saves = _wi.kernel_savings(self.hot_path(), n, swappable, None if kernels is True else list(kernels))
+        model = self._remodel
+        if measured:   # other chips: the measured step scaled by the model's ratio between the chips
+            model = _wi.scaled_to(own, self._remodel(self.trace.ops, s.mode, s.chip), self._remodel)
         return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
-                                 trace_ops=self.trace.ops, model=self._remodel, kernel_savings=saves, steps=n,
-                                 warmup=self.trace.meta.get("warmup"))
+                                 trace_ops=self.trace.ops, model=model, kernel_savings=saves, steps=n,
+                                 warmup=self.trace.meta.get("warmup"), measured=measured)
 
     def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
         """Per-step figures of `ops` modeled in `mode` on `chip` (the model's public entry point)."""

@@ -198,3 +198,28 @@ def test_summary_skips_re_modeling_a_run_too_large_for_inline_output(monkeypatch
     monkeypatch.setattr(breakdown_summary, "REMODEL_MAX_OPS", len(prof.trace.ops) - 1)
     block = breakdown_summary.what_if_block(prof)
     assert block["rows"] == [] and "prof.what_if()" in block["note"] and f"{len(prof.trace.ops):,} ops" in block["note"]
+
+
+def test_measured_profile_rows_are_scaled_and_other_modes_refused(tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_explorer_fixtures import write_explorer_fixture
+
+    from neuron_studio.profiler.neuron_profile import load_neuron_profile
+
+    prof = load_neuron_profile(write_explorer_fixture(tmp_path / "x"))
+    df = prof.what_if(kernels=False)
+    assert set(df["mode"]) == {prof.summary.mode}
+    own = df[df["current"]].iloc[0]
+    assert own["step_time_ns"] == prof.step_time_ns and own["basis"] == wi.MEASURED
+    # another chip: measured x (modeled on that chip / modeled on the profiled chip)
+    other = df[(~df["current"])].iloc[0]
+    m_own = prof._remodel(prof.trace.ops, prof.summary.mode, prof.summary.chip).step_time_ns
+    m_other = prof._remodel(prof.trace.ops, prof.summary.mode, other["chip"]).step_time_ns
+    assert other["step_time_ns"] == pytest.approx(prof.step_time_ns * m_other / m_own, rel=1e-12)
+    assert other["basis"] == wi.SCALED
+    others = [m for m in ("eager", "adaptive", "compile") if m != prof.summary.mode]
+    with pytest.raises(wi.WhatIfError, match="measured in"):
+        prof.what_if(modes=others)

@@ -30,8 +30,11 @@ function runCell(r: IWhatIfRow): HTMLElement | string {
 
 /** A short label of how a row is known; the full reason is its title and a note under the table. */
 function basisLabel(basis: string): string {
-  if (basis.startsWith("the profile's own")) {
+  if (basis.startsWith("the profile's own") || basis.startsWith('measured:')) {
     return 'this profile';
+  }
+  if (basis.startsWith('the measured step scaled')) {
+    return 'scaled';
   }
   return basis.includes('approximate') ? 'approximate' : 'exact (model)';
 }
@@ -72,7 +75,7 @@ export function whatIfSection(p: IProfilePayload): HTMLElement | null {
     tr.classList.toggle('ns-mod-current', r.current);
     tr.classList.toggle('ns-mod-best', r.variant === w.best);
   });
-  const reasons = [...new Set(rows.map(r => r.basis))].filter(b => !b.startsWith("the profile's own"));
+  const reasons = [...new Set(rows.filter(r => !r.current).map(r => r.basis))];
   return el(
     'div',
     { class: 'ns-WhatIf' },

@@ -94,7 +94,8 @@ def what_if_view(s: dict) -> dict[str, Any]:
         r["speedup_text"] = f"{sp:.2f}×" if sp else "–"
         basis = str(r.get("basis") or "")
         r["basis_label"] = ("this profile" if r.get("current") else
-                            "approximate" if "approximate" in basis else "exact (model)")
+                            "approximate" if "approximate" in basis else
+                            "scaled" if basis.startswith("the measured step scaled") else "exact (model)")
         note = f"{r['basis_label']}: {basis}"
         if not r.get("current") and note not in reasons:
             reasons.append(note)

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 __all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings", "write_backs",
-           "COLUMNS", "REMODEL_MAX_OPS", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
+           "COLUMNS", "REMODEL_MAX_OPS", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
 EXACT = "re-modeled: same ops on this chip (exact under the model)"
@@ -191,6 +191,26 @@ def kernel_savings(hot: Sequence[Any], steps: int, swappable: Sequence[str] = ()
     return sorted(out, key=lambda d: -d["saving_ns"])
 
 
+MEASURED = "measured: the profile's own figures"
+SCALED = ("the measured step scaled by the model's ratio of this chip to the profiled one (the model is not fitted "
+          "to this measurement; the ratio is what it predicts)")
+
+
+def scaled_to(own: Variant, modeled_own: Variant, model: Callable[[pd.DataFrame, str, str], Variant]
+              ) -> Callable[[pd.DataFrame, str, str], Variant]:
+    """A model for a measured profile: each variant's modeled figures times measured/modeled of the profile's own
+    configuration, so that the profile's own row would come out as measured."""
+    k = own.step_time_ns / modeled_own.step_time_ns if modeled_own.step_time_ns > 0 else float("nan")
+
+    def scaled(ops: pd.DataFrame, mode: str, chip: str) -> Variant:
+        v = model(ops, mode, chip)
+        return Variant(v.mode, v.chip, v.step_time_ns * k, None if v.low_ns is None else v.low_ns * k,
+                       None if v.high_ns is None else v.high_ns * k, v.mfu / k if k else float("nan"),
+                       v.cost_per_1000_steps_usd * k)
+
+    return scaled
+
+
 def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None = None) -> str:
     """The `%%neuron` line that runs this variant for real."""
     line = f"%%neuron --mode {mode} --chip {chip}"
@@ -213,7 +233,7 @@ def _row(v: Variant, *, variant: str, kernel: str | None, current_ns: float, cur
 def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], recorded_mode: str,
                   trace_ops: pd.DataFrame, model: Callable[[pd.DataFrame, str, str], Variant],
                   kernel_savings: Sequence[dict] = (), steps: int | None = None, warmup: int | None = None,
-                  ) -> pd.DataFrame:
+                  measured: bool = False) -> pd.DataFrame:
     """One row per (mode, chip) plus one per kernel saving; `own` is the profile's own figures (its row).
 
     `model(ops, mode, chip)` re-models ops; `kernel_savings` are dicts with kernel, op, saving_ns (per step)
@@ -223,9 +243,11 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
         for chip in chips:
             if mode == own.mode and chip == own.chip:
                 rows.append(_row(own, variant="this profile", kernel=None, current_ns=own.step_time_ns,
-                                 current=True, basis=PROFILE, run=run_line(mode, chip, steps, warmup)))
+                                 current=True, basis=MEASURED if measured else PROFILE,
+                                 run=run_line(mode, chip, steps, warmup)))
                 continue
             ops, basis = ops_for_mode(trace_ops, recorded_mode, mode)
+            basis = SCALED if measured else basis
             v = model(ops, mode, chip)
             name = f"{mode} on {chip}"
             rows.append(_row(v, variant=name, kernel=None, current_ns=own.step_time_ns, current=False, basis=basis,
