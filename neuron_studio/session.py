@@ -19,7 +19,7 @@ from neuron_studio.store import RunRecord, RunStore, resolve_store_root
 __all__ = ["Session", "session", "save_profile", "load_stored_profile", "last", "DEVICE_OPS_COLUMNS"]
 
 DEVICE_OPS_COLUMNS = ["seq", "name", "core", "engine", "start_ns", "end_ns", "flops", "bytes_read", "bytes_written",
-                      "bound", "module", "source"]
+                      "bound", "module", "source", "thread", "step", "launch_ns", "input_shapes", "output_shapes"]
 
 
 @dataclass
@@ -93,7 +93,14 @@ def save_profile(store: RunStore, run_id: int, prof: Any) -> None:
         "bytes_written": prof.device_run.ops["bytes_written"].astype("int64"),
         "bound": m["bound"].astype(str), "module": m["module"].astype(str),
         "source": m["source"].fillna("").astype(str),
+        # for the trace viewer: the host thread that launched the op, its step, the launch cost, the shapes
+        "launch_ns": m["launch_ns"].fillna(0).astype("int64"),
+        "input_shapes": m["input_shapes"].fillna("").astype(str),
     })
+    host = tr.ops.set_index("seq")[["thread", "step", "output_shapes"]].reindex(dev["seq"])
+    dev["thread"] = host["thread"].fillna(-1).astype("int64").to_numpy()
+    dev["step"] = host["step"].fillna(-1).astype("int32").to_numpy()
+    dev["output_shapes"] = host["output_shapes"].fillna("").astype(str).to_numpy()
     store.save_table(run_id, "device_ops", dev[DEVICE_OPS_COLUMNS])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
 from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
@@ -103,6 +104,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                      "busy_ns": _num(s.engine_busy_ns.get(e, 0.0) / steps)} for e in engines],
         "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
                      **{e: [round(float(x), 4) for x in util[e]] for e in engines}},
+        "trace_view": trace_overview(prof),
         "hot_ops": hot,
         "op_table": [{"op": r.key, "count": _num(r.count / steps), "device_ns": _num(r.per_step_device_ns),
                       "host_ns": _num(r.host_ns / steps), "flops": _num(r.flops / steps),

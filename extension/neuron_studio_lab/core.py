@@ -127,6 +127,7 @@ _TORCH_FREE_MODULES = {
     "neuron_studio.store": (None, "store.py"),
     "neuron_studio.profiler.vocabulary": ("profiler", "vocabulary.py"),
     "neuron_studio.profiler.analysis.binning": ("profiler", "analysis/binning.py"),
+    "neuron_studio.profiler.analysis.trace_lod": ("profiler", "analysis/trace_lod.py"),
 }
 
 
@@ -330,9 +331,11 @@ def timeline(
     edges = np.linspace(0.0, float(span), bins + 1)  # offsets from lo; exact integer origin
     bin_ns = span / bins
 
-    # engines in display order; ops on other engines (e.g. "none") are reported under their own name
-    device_engines = studio_module("neuron_studio.profiler.vocabulary").DEVICE_ENGINES
-    present = [e for e in ops.engines if e not in device_engines]
+    # engines in display order; ops on other engines are reported under their own name, except the ops that
+    # occupy no engine (views, metadata: zero-length, NO_ENGINE) which are no track
+    vocabulary = studio_module("neuron_studio.profiler.vocabulary")
+    device_engines = vocabulary.DEVICE_ENGINES
+    present = [e for e in ops.engines if e not in device_engines and e != vocabulary.NO_ENGINE]
     util: dict[str, list[float]] = {}
     for engine in (*device_engines, *sorted(present)):
         intervals = ops.engines.get(engine)

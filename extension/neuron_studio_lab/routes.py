@@ -17,7 +17,7 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from . import core
+from . import core, trace_view
 
 NAMESPACE = "neuron-studio"
 CACHE_SETTING = "neuron_studio_run_ops_cache"
@@ -107,6 +107,37 @@ class TimelineHandler(_BaseHandler):
         await self.run(work)
 
 
+class TraceHandler(_BaseHandler):
+    """Level-of-detail boxes of every lane for a window (`start_ns`, `end_ns`) drawn `width_px` wide."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        await self.run(lambda: trace_view.trace_window(
+            self.root_dir, path, int(run_id), start_ns=self.int_arg("start_ns"), end_ns=self.int_arg("end_ns"),
+            width_px=self.int_arg("width_px"), cache=cache))
+
+
+class TraceOpHandler(_BaseHandler):
+    """One op's details (shapes, module, source) by `seq`."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        await self.run(lambda: trace_view.trace_op(self.root_dir, path, int(run_id), self.int_arg("seq"), cache=cache))
+
+
+class TraceSearchHandler(_BaseHandler):
+    """Ops whose name contains `q`."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        query = self.get_query_argument("q", "")
+        await self.run(lambda: trace_view.trace_search(self.root_dir, path, int(run_id), query, self.int_arg("limit"),
+                                                       cache=cache))
+
+
 class KernelSourceHandler(_BaseHandler):
     @tornado.web.authenticated
     async def get(self) -> None:
@@ -121,6 +152,9 @@ def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
         (url_path_join(prefix, "runs"), RunsHandler),
         (url_path_join(prefix, r"runs/(\d+)"), RunHandler),
         (url_path_join(prefix, r"runs/(\d+)/timeline"), TimelineHandler),
+        (url_path_join(prefix, r"runs/(\d+)/trace"), TraceHandler),
+        (url_path_join(prefix, r"runs/(\d+)/trace/op"), TraceOpHandler),
+        (url_path_join(prefix, r"runs/(\d+)/trace/search"), TraceSearchHandler),
         (url_path_join(prefix, "kernel-source"), KernelSourceHandler),
     ]
 

@@ -87,13 +87,14 @@ class RunOpsCache:
         self.loads = 0  # how many times a table was read (tests and the benchmark report it)
 
     @staticmethod
-    def key(path: Path) -> tuple:
+    def key(path: Path, kind: str = "ops") -> tuple:
         st = os.stat(path)
-        return (str(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        return (str(path), kind, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def get(self, path: Path, load: Callable[[], PreparedOps]) -> PreparedOps:
-        """The prepared ops of the table at `path`, loading (once) if absent or changed on disk."""
-        key = self.key(path)
+    def get(self, path: Path, load: Callable[[], Any], kind: str = "ops") -> Any:
+        """The prepared form `kind` of the table at `path` ("ops": `PreparedOps`; the trace viewer keeps its
+        lanes under its own kind), loading (once) if absent or changed on disk. Entries need an `nbytes`."""
+        key = self.key(path, kind)
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
@@ -109,7 +110,7 @@ class RunOpsCache:
             with self._lock:
                 self.loads += 1
                 # an older version of the same file is stale now
-                for old in [k for k in self._entries if k[0] == key[0]]:
+                for old in [k for k in self._entries if k[:2] == key[:2]]:
                     del self._entries[old]
                 self._entries[key] = prepared
                 self._loading.pop(key, None)

@@ -21,6 +21,7 @@ from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt
 from neuron_studio.ui.breakdown_html import breakdown_view, justified_ops, what_if_view
 from neuron_studio.ui.memory_html import memory_line, memory_view
 from neuron_studio.ui.templating import ENGINE_COLORS, render_template
+from neuron_studio.ui.trace_html import trace_svg_view
 
 __all__ = ["render_html", "profile_tabs", "timeline_view", "measured_view", "gpu_temporal_view", "source_line", "Tab",
            "fmt_ns", "fmt_pct", "escape", "ENGINE_COLORS"]
@@ -41,7 +42,8 @@ class Tab:
 
 def profile_tabs(s: dict) -> list[Tab]:
     """The tabs of the profile view, in order; a tab whose data the summary lacks is left out."""
-    tabs = [Tab("Summary", "tabs/summary.html"), Tab("Timeline", "tabs/timeline.html", {"timeline": timeline_view(s)}),
+    tabs = [Tab("Summary", "tabs/summary.html"), Tab("Timeline", "tabs/timeline.html",
+                                                     {"timeline": timeline_view(s), "trace": trace_svg_view(s)}),
             Tab("Op table", "tabs/op_table.html"), Tab("Hot path", "tabs/hot_path.html"),
             Tab("Fallbacks & syncs", "tabs/issues.html"), Tab("Diff", "tabs/diff.html")]
     if isinstance(s.get("what_if"), dict) and s["what_if"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, HOST_ENGINE, NO_ENGINE
+from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX, DEVICE_ENGINES, HOST_ENGINE, NO_ENGINE
 
 __all__ = [
     "ENGINES", "ENGINE_CODE", "DTYPE_BF16", "DTYPE_FP8", "DTYPE_FP32", "DTYPE_MXFP8", "DTYPE_CLASSES",
@@ -93,7 +93,7 @@ def classify_engine(name: str, is_view: bool = False) -> str:
     """The NeuronCore engine an op runs on. Unknown ops default to "vector" (most aten ops are elementwise)."""
     if is_view:
         return "none"
-    if name.startswith("c10d::"):  # collectives move data over NeuronLink: the DMA engines' work
+    if name.startswith(COLLECTIVE_PREFIX):  # collectives move data over NeuronLink: the DMA engines' work
         return "dma"
     b = base_name(name)
     if b in _TENSOR or b.startswith(("conv", "_conv")) or "scaled_dot_product" in b:
@@ -112,7 +112,7 @@ def classify_engine(name: str, is_view: bool = False) -> str:
 
 def collective_factor(name: str, world_size: int) -> float:
     """Bytes on the wire per byte of message for a ring collective (0 for ops that are not collectives)."""
-    if not name.startswith("c10d::"):
+    if not name.startswith(COLLECTIVE_PREFIX):
         return 0.0
     n = max(1, int(world_size))
     b = base_name(name)

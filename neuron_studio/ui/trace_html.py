@@ -1,0 +1,98 @@
+"""Geometry of the inline HTML's static trace view (the Timeline tab) from the summary's `trace_view`.
+
+The inline output carries no JavaScript (it must render the same in GitHub, nbviewer, VS Code and an
+untrusted JupyterLab notebook, where scripts do not run), so the trace is drawn as SVG: one row per
+lane (host threads' launches, each NeuronCore's engine tracks, collectives) on one time axis with ticks,
+step markers, flow lines from a launch to the device op it started, and a native tooltip per box naming
+the op, its lane, times, module, source line and shapes. Zoom, search and op details with source links
+are the JupyterLab extension's viewer; the tab says so.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from neuron_studio.ui.formatting import as_number, fmt_ns
+from neuron_studio.ui.templating import ENGINE_COLORS
+
+__all__ = ["trace_svg_view", "nice_ticks"]
+
+LABEL_W = 150
+ROW_H = 16
+TOP = 16  # room for step labels
+MAX_FLOWS = 300
+_TRACK_COLORS = {**ENGINE_COLORS, "collective": "#edc948"}
+
+
+def nice_ticks(span: float, target: int = 6) -> list[float]:
+    """Round tick offsets (1, 2 or 5 × 10^k apart) covering [0, span]."""
+    if span <= 0:
+        return [0.0]
+    raw = span / target
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    return [i * step for i in range(int(span // step) + 1)]
+
+
+def _ints(lane: dict, key: str) -> list[int]:
+    vals = lane.get(key)
+    return [int(v) for v in vals] if isinstance(vals, list) else []
+
+
+def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
+    """Rows, boxes, ticks, steps and flows of the static trace view; None without a usable `trace_view`."""
+    tv = s.get("trace_view")
+    if not isinstance(tv, dict) or not isinstance(tv.get("lanes"), list):
+        return None
+    start, end = as_number(tv.get("start_ns")), as_number(tv.get("end_ns"))
+    origin = as_number(tv.get("origin_ns"))
+    if start is None or end is None or origin is None or end <= start:
+        return None
+    names = [str(n) for n in tv.get("names") or []]
+    details = tv.get("ops") if isinstance(tv.get("ops"), dict) else {}
+    plot_w = width - LABEL_W
+    span = end - start
+
+    def x(t: float) -> float:
+        return LABEL_W + (t + origin - start) / span * plot_w
+
+    rows, host_end, device_start = [], {}, {}
+    for r, lane in enumerate(l for l in tv["lanes"] if isinstance(l, dict)):
+        y = TOP + r * ROW_H
+        color = _TRACK_COLORS.get(str(lane.get("track")), "#888")
+        label = str(lane.get("label") or lane.get("id") or "")
+        boxes = []
+        starts, ends, counts, busy = (_ints(lane, k) for k in ("start", "end", "count", "busy"))
+        seqs, name_ids = _ints(lane, "seq"), _ints(lane, "name")
+        for i in range(min(len(starts), len(ends), len(counts), len(busy), len(seqs), len(name_ids))):
+            x0, x1 = x(starts[i]), x(ends[i])
+            dur = ends[i] - starts[i]
+            if counts[i] == 1 and seqs[i] >= 0:
+                name = names[name_ids[i]] if 0 <= name_ids[i] < len(names) else "op"
+                d = details.get(str(seqs[i])) if isinstance(details.get(str(seqs[i])), dict) else {}
+                shapes = " → ".join(v for v in (str(d.get("input_shapes") or ""), str(d.get("output_shapes") or ""))
+                                    if v)
+                title = " · ".join(v for v in (
+                    name, label, f"{fmt_ns(dur)} at {fmt_ns(starts[i])}", str(d.get("module") or ""),
+                    str(d.get("source") or ""), shapes and f"shapes {shapes}") if v)
+                if lane.get("kind") == "host":
+                    host_end[seqs[i]] = (x1, y)
+                else:
+                    device_start.setdefault(seqs[i], (x0, y))
+                opacity = "1"
+            else:
+                title = (f"{counts[i]:,} ops merged · {label} · busy {fmt_ns(busy[i])} in "
+                         f"{fmt_ns(starts[i])}–{fmt_ns(ends[i])} (zoom in the JupyterLab viewer to separate them)")
+                opacity = f"{max(0.25, min(1.0, busy[i] / dur)) if dur > 0 else 1.0:.2f}"
+            boxes.append({"x": f"{x0:.1f}", "w": f"{max(x1 - x0, 0.6):.1f}", "title": title, "opacity": opacity})
+        rows.append({"label": label, "y": y, "label_y": y + ROW_H - 4, "h": ROW_H - 3, "color": color,
+                     "boxes": boxes, "kind": lane.get("kind")})
+    height = TOP + len(rows) * ROW_H
+    ticks = [{"x": f"{x(t + start - origin):.1f}", "label": fmt_ns(t)} for t in nice_ticks(span)]
+    steps = [{"x": f"{x(int(st['start'])):.1f}", "label": f"step {st['step']}"}
+             for st in tv.get("steps") or [] if isinstance(st, dict) and as_number(st.get("start")) is not None]
+    flows = [{"x1": f"{hx:.1f}", "y1": hy + ROW_H - 3, "x2": f"{device_start[q][0]:.1f}", "y2": device_start[q][1]}
+             for q, (hx, hy) in list(host_end.items()) if q in device_start][:MAX_FLOWS]
+    return {"rows": rows, "width": width, "height": height + 16, "axis_y": height + 12, "plot_top": TOP,
+            "plot_bottom": height, "label_w": LABEL_W, "ticks": ticks, "steps": steps, "flows": flows,
+            "total_ops": tv.get("total_ops"), "span": fmt_ns(span), "clock": tv.get("clock") or "modeled"}

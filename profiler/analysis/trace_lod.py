@@ -1,0 +1,195 @@
+"""Level-of-detail boxes for the trace viewer: a run's ops, per lane, merged to what a window can show.
+
+A 1M-op run cannot be sent to a browser op by op. For a time window and a pixel width, each lane's ops
+that overlap the window become boxes: an op at least one pixel wide is its own box (with its row, so the
+viewer can show its name and details); neighbouring ops narrower than a pixel, with gaps under a pixel
+between them, are merged into one box that carries how many ops it holds and their busy time. No op is
+dropped: the counts of a lane's boxes add up to the ops overlapping the window, and their busy times to
+those ops' time inside the window.
+
+Lanes, all on the run's one (modeled or measured) device clock:
+- one per NeuronCore and track: the engines (Tensor, Vector, Scalar, GpSimd, DMA) and collectives
+  (ops named ``collective_prefix``, which the model charges to the DMA queues);
+- one per host thread holding the launches that thread issued ([device start - launch cost, device start)),
+  when the table has the ``thread`` and ``launch_ns`` columns. Ops on no engine (views) are on no lane.
+
+numpy only and no imports from the studio, so the JupyterLab extension's server loads this file without
+importing torch; the vocabulary (engine names, the collective prefix) is passed in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+__all__ = ["WindowError", "Lane", "TraceLanes", "LaneBoxes", "build_lanes", "lane_boxes", "check_window",
+           "in_window", "boxes_json", "MIN_WIDTH_PX", "MAX_WIDTH_PX", "COLLECTIVE_TRACK"]
+
+MIN_WIDTH_PX = 16
+MAX_WIDTH_PX = 8192
+COLLECTIVE_TRACK = "collective"
+
+
+class WindowError(ValueError):
+    """A window or pixel width the viewer cannot draw; the message names the parameter and the valid range."""
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One row of the viewer: its ops' [start, end) in start order and their rows in the source table."""
+
+    id: str
+    label: str
+    kind: str  # "device" or "host"
+    core: int | None
+    track: str
+    starts: np.ndarray
+    ends: np.ndarray
+    rows: np.ndarray
+    max_duration: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.starts.nbytes + self.ends.nbytes + self.rows.nbytes)
+
+
+@dataclass(frozen=True)
+class TraceLanes:
+    """All lanes of a run, the run's extent and its step starts (step number -> first start)."""
+
+    lanes: list[Lane]
+    first_start: int
+    last_end: int
+    steps: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lane.nbytes for lane in self.lanes)
+
+
+@dataclass(frozen=True)
+class LaneBoxes:
+    """One lane's boxes for one window: per box its start/end, ops merged, busy ns in the window, and the
+    source row of a single-op box (-1 for a merged box)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    counts: np.ndarray
+    busy: np.ndarray
+    rows: np.ndarray
+
+
+def _lane(lane_id: str, label: str, kind: str, core: int | None, track: str, starts: np.ndarray,
+          ends: np.ndarray, rows: np.ndarray) -> Lane:
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    return Lane(lane_id, label, kind, core, track, s, e, rows[order],
+                int((e - s).max()) if s.size else 0)
+
+
+def build_lanes(*, names: np.ndarray, engines: np.ndarray, cores: np.ndarray, starts: np.ndarray,
+                ends: np.ndarray, device_engines: Sequence[str], no_engine: str, collective_prefix: str,
+                threads: np.ndarray | None = None, launch_ns: np.ndarray | None = None,
+                steps: np.ndarray | None = None, engine_labels: dict[str, str] | None = None) -> TraceLanes:
+    """The lanes of a run from its device-op columns (one entry per op; `names`/`engines` as str arrays)."""
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    n = starts.size
+    rows = np.arange(n, dtype=np.int64)
+    labels = engine_labels or {}
+    engines = np.asarray(engines, dtype=object)
+    is_coll = np.fromiter((str(x).startswith(collective_prefix) for x in names), dtype=bool, count=n) \
+        if collective_prefix else np.zeros(n, dtype=bool)
+    known = set(device_engines)
+    others = sorted({str(e) for e in set(engines.tolist())} - known - {no_engine, "None"})
+    track_names = [*device_engines, COLLECTIVE_TRACK, *others]
+    track_of = np.full(n, -1, dtype=np.int64)
+    for i, t in enumerate(track_names):
+        if t == COLLECTIVE_TRACK:
+            continue
+        track_of[(engines == t) & ~is_coll] = i
+    track_of[is_coll & (engines != no_engine)] = track_names.index(COLLECTIVE_TRACK)
+    core_arr = np.asarray(cores, dtype=np.int64)
+    lanes: list[Lane] = []
+    host_lanes: list[Lane] = []
+    if threads is not None and launch_ns is not None:
+        launch = np.asarray(launch_ns, dtype=np.int64)
+        thr = np.asarray(threads, dtype=np.int64)
+        launched = launch > 0
+        for i, t in enumerate(dict.fromkeys(thr[launched].tolist())):
+            m = launched & (thr == t)
+            host_lanes.append(_lane(f"host/{i}", f"Host thread {i + 1} · launches", "host", None, "host",
+                                    starts[m] - launch[m], starts[m], rows[m]))
+    lanes.extend(host_lanes)
+    for c in sorted(set(core_arr.tolist())):
+        on_core = core_arr == c
+        for i, t in enumerate(track_names):
+            m = on_core & (track_of == i)
+            if not m.any():
+                continue
+            label = f"NC{c} {labels.get(t, t.capitalize() if t != COLLECTIVE_TRACK else 'Collectives')}"
+            lanes.append(_lane(f"core{c}/{t}", label, "device", int(c), t, starts[m], ends[m], rows[m]))
+    step_starts: list[tuple[int, int]] = []
+    if steps is not None and n:
+        st = np.asarray(steps, dtype=np.int64)
+        for s in sorted(set(st.tolist())):
+            step_starts.append((int(s), int(starts[st == s].min())))
+    all_s = [lane.starts for lane in lanes if lane.starts.size]
+    all_e = [lane.ends for lane in lanes if lane.ends.size]
+    first = int(min(a.min() for a in all_s)) if all_s else (int(starts.min()) if n else 0)
+    last = int(max(a.max() for a in all_e)) if all_e else (int(ends.max()) if n else 0)
+    return TraceLanes(lanes=lanes, first_start=first, last_end=last, steps=step_starts)
+
+
+def check_window(lo: int, hi: int, width_px: int) -> float:
+    """The ns per pixel of a window; WindowError naming what is wrong."""
+    if not MIN_WIDTH_PX <= width_px <= MAX_WIDTH_PX:
+        raise WindowError(f"width_px must be between {MIN_WIDTH_PX} and {MAX_WIDTH_PX} (the viewer's width in "
+                          f"pixels); got {width_px}")
+    if hi <= lo:
+        raise WindowError(f"end_ns must be greater than start_ns (got start_ns={lo}, end_ns={hi})")
+    return (hi - lo) / width_px
+
+
+def in_window(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    """Which [start, end) overlap [lo, hi); a zero-length op counts when lo <= start < hi."""
+    return (starts < hi) & ((ends > lo) | (starts >= lo))
+
+
+def lane_boxes(lane: Lane, lo: int, hi: int, px_ns: float) -> LaneBoxes:
+    """The lane's ops overlapping [lo, hi), merged where narrower than `px_ns` (see the module doc)."""
+    first = int(np.searchsorted(lane.starts, lo - lane.max_duration, side="left"))
+    last = int(np.searchsorted(lane.starts, hi, side="left"))
+    s, e, r = lane.starts[first:last], lane.ends[first:last], lane.rows[first:last]
+    keep = in_window(s, e, lo, hi)
+    s, e, r = s[keep], e[keep], r[keep]
+    if not s.size:
+        empty = np.zeros(0, dtype=np.int64)
+        return LaneBoxes(empty, empty, empty, empty, empty)
+    big = (e - s) >= px_ns
+    run_end = np.maximum.accumulate(e)
+    new = np.ones(s.size, dtype=bool)
+    new[1:] = big[1:] | big[:-1] | ((s[1:] - run_end[:-1]) > px_ns)
+    heads = np.flatnonzero(new)
+    counts = np.diff(np.append(heads, s.size))
+    clipped = np.maximum(np.minimum(e, hi) - np.maximum(s, lo), 0)
+    busy = np.add.reduceat(clipped, heads)
+    box_end = np.maximum.reduceat(e, heads)
+    rows = np.where(counts == 1, r[heads], -1)
+    return LaneBoxes(s[heads], box_end, counts.astype(np.int64), busy.astype(np.int64), rows.astype(np.int64))
+
+
+def boxes_json(boxes: LaneBoxes, origin: int, row_seq: np.ndarray, row_name: Any, intern: dict[str, int]
+               ) -> dict[str, list[int]]:
+    """Columnar JSON of a lane's boxes: times relative to `origin`; single-op boxes carry seq and name id."""
+    single = boxes.rows >= 0
+    seq = np.full(boxes.rows.size, -1, dtype=np.int64)
+    name = np.full(boxes.rows.size, -1, dtype=np.int64)
+    if single.any():
+        idx = boxes.rows[single]
+        seq[single] = row_seq[idx]
+        name[single] = [intern.setdefault(str(x), len(intern)) for x in row_name(idx)]
+    return {"start": (boxes.starts - origin).tolist(), "end": (boxes.ends - origin).tolist(),
+            "count": boxes.counts.tolist(), "busy": boxes.busy.tolist(), "seq": seq.tolist(),
+            "name": name.tolist()}
