@@ -28,6 +28,16 @@ DEFAULT_WIDTH_PX = 1200
 CACHE_KIND = "trace_lanes"
 
 
+def _dictionary(column: Any) -> Any:
+    """A string column as one dictionary array (Parquet usually stores it so; else encode it here)."""
+    import pyarrow as pa
+
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    if pa.types.is_dictionary(arr.type):
+        return arr.unify_dictionaries() if hasattr(arr, "unify_dictionaries") else arr
+    return arr.dictionary_encode()
+
+
 class PreparedTrace:
     """A run's lanes plus the columns answers need (names, seq), sized for the cache's byte budget."""
 
@@ -36,16 +46,18 @@ class PreparedTrace:
         vocabulary = core.studio_module("neuron_studio.profiler.vocabulary")
         self.path = path
         self.seq = table.column("seq").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-        names = table.column("name").combine_chunks().dictionary_encode()
+        names = _dictionary(table.column("name"))
         self.name_codes = names.indices.fill_null(0).to_numpy(zero_copy_only=False)
         self.name_values = np.array([str(v) for v in names.dictionary.to_pylist()] or [""], dtype=object)
-        engines = np.asarray(table.column("engine").to_pylist(), dtype=object)
+        engines = _dictionary(table.column("engine"))
 
         def col(name: str) -> np.ndarray | None:
             return table.column(name).to_numpy(zero_copy_only=False) if name in table.column_names else None
 
         self.lanes = lod.build_lanes(
-            names=self.name_values[self.name_codes], engines=engines, cores=col("core"),
+            name_codes=self.name_codes, name_values=self.name_values.tolist(),
+            engine_codes=engines.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+            engine_values=[str(v) for v in engines.dictionary.to_pylist()], cores=col("core"),
             starts=col("start_ns"), ends=col("end_ns"), device_engines=vocabulary.DEVICE_ENGINES,
             no_engine=vocabulary.NO_ENGINE, collective_prefix=vocabulary.COLLECTIVE_PREFIX,
             threads=col("thread"), launch_ns=col("launch_ns"), steps=col("step"),
@@ -77,7 +89,8 @@ def _prepared(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int,
         missing = [c for c in TRACE_COLUMNS[:6] if c not in present]
         if missing:
             raise core.ApiError(f"run {record.id}'s {core.DEVICE_OPS_TABLE} table lacks columns: {', '.join(missing)}")
-        table = pq.read_table(path, columns=[c for c in TRACE_COLUMNS if c in present]).combine_chunks()
+        table = pq.read_table(path, columns=[c for c in TRACE_COLUMNS if c in present],
+                              read_dictionary=["name", "engine"]).combine_chunks()
         return PreparedTrace(table, path)
 
     try:

@@ -34,9 +34,13 @@ def nice_ticks(span: float, target: int = 6) -> list[float]:
     return [i * step for i in range(int(span // step) + 1)]
 
 
-def _ints(lane: dict, key: str) -> list[int]:
+def _ints(lane: dict, key: str) -> list[int] | None:
+    """The lane's column `key` as integers; None when it is missing or holds anything but numbers."""
     vals = lane.get(key)
-    return [int(v) for v in vals] if isinstance(vals, list) else []
+    if not isinstance(vals, list):
+        return None
+    nums = [as_number(v) for v in vals]
+    return None if any(n is None for n in nums) else [int(n) for n in nums]  # type: ignore[arg-type]
 
 
 def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
@@ -56,20 +60,24 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
     def x(t: float) -> float:
         return LABEL_W + (t + origin - start) / span * plot_w
 
-    rows, host_end, device_start = [], {}, {}
-    for r, lane in enumerate(l for l in tv["lanes"] if isinstance(l, dict)):
-        y = TOP + r * ROW_H
+    rows, host_end, device_start, bad = [], {}, {}, []
+    for lane in (l for l in tv["lanes"] if isinstance(l, dict)):
+        y = TOP + len(rows) * ROW_H
         color = _TRACK_COLORS.get(str(lane.get("track")), "#888")
         label = str(lane.get("label") or lane.get("id") or "")
         boxes = []
-        starts, ends, counts, busy = (_ints(lane, k) for k in ("start", "end", "count", "busy"))
-        seqs, name_ids = _ints(lane, "seq"), _ints(lane, "name")
-        for i in range(min(len(starts), len(ends), len(counts), len(busy), len(seqs), len(name_ids))):
+        columns = [_ints(lane, k) for k in ("start", "end", "count", "busy", "seq", "name")]
+        if any(c is None for c in columns):
+            bad.append(label)  # said under the view, not drawn wrong
+            continue
+        starts, ends, counts, busy, seqs, name_ids = columns  # type: ignore[misc]
+        for i in range(min(len(c) for c in columns)):  # type: ignore[arg-type]
             x0, x1 = x(starts[i]), x(ends[i])
             dur = ends[i] - starts[i]
             if counts[i] == 1 and seqs[i] >= 0:
                 name = names[name_ids[i]] if 0 <= name_ids[i] < len(names) else "op"
-                d = details.get(str(seqs[i])) if isinstance(details.get(str(seqs[i])), dict) else {}
+                d = details.get(str(seqs[i]))
+                d = d if isinstance(d, dict) else {}
                 shapes = " → ".join(v for v in (str(d.get("input_shapes") or ""), str(d.get("output_shapes") or ""))
                                     if v)
                 title = " · ".join(v for v in (
@@ -89,10 +97,11 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
                      "boxes": boxes, "kind": lane.get("kind")})
     height = TOP + len(rows) * ROW_H
     ticks = [{"x": f"{x(t + start - origin):.1f}", "label": fmt_ns(t)} for t in nice_ticks(span)]
-    steps = [{"x": f"{x(int(st['start'])):.1f}", "label": f"step {st['step']}"}
+    steps = [{"x": f"{x(as_number(st['start'])):.1f}", "label": f"step {st.get('step')}"}  # type: ignore[arg-type]
              for st in tv.get("steps") or [] if isinstance(st, dict) and as_number(st.get("start")) is not None]
     flows = [{"x1": f"{hx:.1f}", "y1": hy + ROW_H - 3, "x2": f"{device_start[q][0]:.1f}", "y2": device_start[q][1]}
              for q, (hx, hy) in list(host_end.items()) if q in device_start][:MAX_FLOWS]
     return {"rows": rows, "width": width, "height": height + 16, "axis_y": height + 12, "plot_top": TOP,
             "plot_bottom": height, "label_w": LABEL_W, "ticks": ticks, "steps": steps, "flows": flows,
-            "total_ops": tv.get("total_ops"), "span": fmt_ns(span), "clock": tv.get("clock") or "modeled"}
+            "total_ops": tv.get("total_ops"), "span": fmt_ns(span), "clock": tv.get("clock") or "modeled",
+            "not_drawn": bad}

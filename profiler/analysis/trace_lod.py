@@ -3,7 +3,7 @@
 A 1M-op run cannot be sent to a browser op by op. For a time window and a pixel width, each lane's ops
 that overlap the window become boxes: an op at least one pixel wide is its own box (with its row, so the
 viewer can show its name and details); neighbouring ops narrower than a pixel, with gaps under a pixel
-between them, are merged into one box that carries how many ops it holds and their busy time. No op is
+between them and starting within the same `MERGE_PX` pixels, are merged into one box that carries how many ops it holds and their busy time. No op is
 dropped: the counts of a lane's boxes add up to the ops overlapping the window, and their busy times to
 those ops' time inside the window.
 
@@ -28,6 +28,8 @@ __all__ = ["WindowError", "Lane", "TraceLanes", "LaneBoxes", "build_lanes", "lan
 
 MIN_WIDTH_PX = 16
 MAX_WIDTH_PX = 8192
+#: Widest a merged box may start apart from the next one, in pixels.
+MERGE_PX = 3
 COLLECTIVE_TRACK = "collective"
 
 
@@ -82,59 +84,68 @@ class LaneBoxes:
 
 def _lane(lane_id: str, label: str, kind: str, core: int | None, track: str, starts: np.ndarray,
           ends: np.ndarray, rows: np.ndarray) -> Lane:
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    return Lane(lane_id, label, kind, core, track, s, e, rows[order],
-                int((e - s).max()) if s.size else 0)
+    if starts.size > 1 and not bool((starts[1:] >= starts[:-1]).all()):  # traces are mostly in start order
+        order = np.argsort(starts, kind="stable")
+        starts, ends, rows = starts[order], ends[order], rows[order]
+    return Lane(lane_id, label, kind, core, track, starts, ends, rows,
+                int((ends - starts).max()) if starts.size else 0)
 
 
-def build_lanes(*, names: np.ndarray, engines: np.ndarray, cores: np.ndarray, starts: np.ndarray,
-                ends: np.ndarray, device_engines: Sequence[str], no_engine: str, collective_prefix: str,
+def build_lanes(*, name_codes: np.ndarray, name_values: Sequence[str], engine_codes: np.ndarray,
+                engine_values: Sequence[str], cores: np.ndarray, starts: np.ndarray, ends: np.ndarray,
+                device_engines: Sequence[str], no_engine: str, collective_prefix: str,
                 threads: np.ndarray | None = None, launch_ns: np.ndarray | None = None,
                 steps: np.ndarray | None = None, engine_labels: dict[str, str] | None = None) -> TraceLanes:
-    """The lanes of a run from its device-op columns (one entry per op; `names`/`engines` as str arrays)."""
+    """The lanes of a run from its device-op columns, names and engines dictionary-encoded (codes index the
+    values; a negative engine code is no engine), so a 1M-op run costs a few vectorized passes."""
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
     n = starts.size
     rows = np.arange(n, dtype=np.int64)
     labels = engine_labels or {}
-    engines = np.asarray(engines, dtype=object)
-    is_coll = np.fromiter((str(x).startswith(collective_prefix) for x in names), dtype=bool, count=n) \
-        if collective_prefix else np.zeros(n, dtype=bool)
+    engine_values = [str(v) for v in engine_values]
+    coll_name = np.array([str(v).startswith(collective_prefix) if collective_prefix else False
+                          for v in name_values] or [False], dtype=bool)
+    is_coll = coll_name[np.asarray(name_codes, dtype=np.int64)] if n else np.zeros(0, dtype=bool)
     known = set(device_engines)
-    others = sorted({str(e) for e in set(engines.tolist())} - known - {no_engine, "None"})
+    codes = np.asarray(engine_codes, dtype=np.int64)
+    present = {engine_values[c] for c in np.unique(codes).tolist() if c >= 0}
+    others = sorted(present - known - {no_engine})
     track_names = [*device_engines, COLLECTIVE_TRACK, *others]
-    track_of = np.full(n, -1, dtype=np.int64)
-    for i, t in enumerate(track_names):
-        if t == COLLECTIVE_TRACK:
-            continue
-        track_of[(engines == t) & ~is_coll] = i
-    track_of[is_coll & (engines != no_engine)] = track_names.index(COLLECTIVE_TRACK)
+    # engine code -> track index (-1: no track)
+    code_track = np.full(len(engine_values) + 1, -1, dtype=np.int64)
+    for c, v in enumerate(engine_values):
+        if v in track_names:
+            code_track[c] = track_names.index(v)
+    track_of = code_track[codes]  # code -1 reads the last slot: -1
+    track_of[is_coll & (track_of >= 0)] = track_names.index(COLLECTIVE_TRACK)
     core_arr = np.asarray(cores, dtype=np.int64)
     lanes: list[Lane] = []
-    host_lanes: list[Lane] = []
     if threads is not None and launch_ns is not None:
         launch = np.asarray(launch_ns, dtype=np.int64)
         thr = np.asarray(threads, dtype=np.int64)
         launched = launch > 0
         for i, t in enumerate(dict.fromkeys(thr[launched].tolist())):
             m = launched & (thr == t)
-            host_lanes.append(_lane(f"host/{i}", f"Host thread {i + 1} · launches", "host", None, "host",
-                                    starts[m] - launch[m], starts[m], rows[m]))
-    lanes.extend(host_lanes)
-    for c in sorted(set(core_arr.tolist())):
-        on_core = core_arr == c
-        for i, t in enumerate(track_names):
-            m = on_core & (track_of == i)
-            if not m.any():
-                continue
-            label = f"NC{c} {labels.get(t, t.capitalize() if t != COLLECTIVE_TRACK else 'Collectives')}"
-            lanes.append(_lane(f"core{c}/{t}", label, "device", int(c), t, starts[m], ends[m], rows[m]))
+            lanes.append(_lane(f"host/{i}", f"Host thread {i + 1} · launches", "host", None, "host",
+                               starts[m] - launch[m], starts[m], rows[m]))
+    # one stable sort by (core, track) splits every device lane at once
+    on_track = np.flatnonzero(track_of >= 0)
+    key = core_arr[on_track] * (len(track_names) + 1) + track_of[on_track]
+    by_key = np.argsort(key, kind="stable")
+    order, keys_sorted = on_track[by_key], key[by_key]
+    bounds = np.flatnonzero(np.diff(keys_sorted)) + 1
+    for chunk in np.split(order, bounds) if order.size else []:
+        c, t = int(core_arr[chunk[0]]), track_names[int(track_of[chunk[0]])]
+        label = f"NC{c} {labels.get(t, t.capitalize() if t != COLLECTIVE_TRACK else 'Collectives')}"
+        lanes.append(_lane(f"core{c}/{t}", label, "device", c, t, starts[chunk], ends[chunk], chunk))
     step_starts: list[tuple[int, int]] = []
     if steps is not None and n:
         st = np.asarray(steps, dtype=np.int64)
-        for s in sorted(set(st.tolist())):
-            step_starts.append((int(s), int(starts[st == s].min())))
+        uniq, inverse = np.unique(st, return_inverse=True)
+        first = np.full(uniq.size, np.iinfo(np.int64).max, dtype=np.int64)
+        np.minimum.at(first, inverse, starts)
+        step_starts = [(int(s), int(f)) for s, f in zip(uniq.tolist(), first.tolist())]
     all_s = [lane.starts for lane in lanes if lane.starts.size]
     all_e = [lane.ends for lane in lanes if lane.ends.size]
     first = int(min(a.min() for a in all_s)) if all_s else (int(starts.min()) if n else 0)
@@ -170,7 +181,10 @@ def lane_boxes(lane: Lane, lo: int, hi: int, px_ns: float) -> LaneBoxes:
     big = (e - s) >= px_ns
     run_end = np.maximum.accumulate(e)
     new = np.ones(s.size, dtype=bool)
-    new[1:] = big[1:] | big[:-1] | ((s[1:] - run_end[:-1]) > px_ns)
+    # a merged box ends at a gap wider than a pixel, a one-op box, or every MERGE_PX pixels of the window,
+    # so a dense stretch shows its density box by box instead of one box for the whole stretch
+    bucket = ((s - lo) // (px_ns * MERGE_PX)).astype(np.int64)
+    new[1:] = big[1:] | big[:-1] | ((s[1:] - run_end[:-1]) > px_ns) | (bucket[1:] != bucket[:-1])
     heads = np.flatnonzero(new)
     counts = np.diff(np.append(heads, s.size))
     clipped = np.maximum(np.minimum(e, hi) - np.maximum(s, lo), 0)

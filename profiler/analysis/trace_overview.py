@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from neuron_studio.profiler.analysis import trace_lod
 from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX, DEVICE_ENGINES, ENGINE_LABELS, NO_ENGINE
@@ -31,8 +32,11 @@ def trace_overview(prof: Any, width_px: int = OVERVIEW_WIDTH_PX) -> dict[str, An
     host = prof.trace.ops.set_index("seq")
     joined = host.reindex(m["seq"].to_numpy())
     names = m["op"].astype(str).to_numpy()
+    name_codes, name_values = pd.factorize(names)
+    engine_codes, engine_values = pd.factorize(m["engine"].astype(str).to_numpy())
     lanes = trace_lod.build_lanes(
-        names=names, engines=m["engine"].astype(str).to_numpy(dtype=object), cores=m["core"].to_numpy(),
+        name_codes=name_codes, name_values=list(name_values), engine_codes=engine_codes,
+        engine_values=list(engine_values), cores=m["core"].to_numpy(),
         starts=m["device_start_ns"].to_numpy(np.int64), ends=m["device_end_ns"].to_numpy(np.int64),
         device_engines=DEVICE_ENGINES, no_engine=NO_ENGINE, collective_prefix=COLLECTIVE_PREFIX,
         threads=joined["thread"].fillna(-1).to_numpy(np.int64) if "thread" in joined else None,
