@@ -208,3 +208,13 @@ def test_random_event_lists_match_the_whole_reader(events: list, bare: bool, chu
 
 def _no_constants(s: str) -> None:
     raise ValueError(s)
+
+
+def test_timestamps_beyond_int64_nanoseconds_are_an_error() -> None:
+    """Both readers: equal absurd timestamps (1e300 µs) are 0 µs apart but no int64 ns holds them (the readers
+    used to return garbage start times, with a numpy cast warning)."""
+    data = b'{"traceEvents": [{"ph": "X", "name": "aten::a", "cat": "cpu_op", "ts": 1e300, "dur": 1}]}'
+    with pytest.raises(TraceFormatError, match=r"^t.json: timestamps out of range"):
+        read_trace_bytes(data, name="t.json")
+    with pytest.raises(TraceFormatError, match="timestamps out of range"):
+        trace_from_chrome(json.loads(data), name="t.json")

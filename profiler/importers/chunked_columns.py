@@ -280,6 +280,8 @@ class ChunkedColumns:
         t0 = float(ts[keep].min()) if keep.any() else 0.0
         if n and (np.abs(ts - t0).max() > TS_LIMIT_US or dur.max() > TS_LIMIT_US):
             raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
+        if n and np.abs(ts).max() > TS_LIMIT_US:             # int64 ns could not hold them
+            raise BadTrace("timestamps out of range (beyond ±9e15 µs)")
         abs_ns, stamps = timebase.us_to_ns(ts), "exact"
         if timebase.needs_text(ts):
             if n_paired or self.scan_failed or not _no_ts_in(outside_text):

@@ -234,6 +234,8 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
     t0 = float(ts[keep].min()) if keep.any() else 0.0
     if n and (np.abs(ts - t0).max() > TS_LIMIT_US or dur.max() > TS_LIMIT_US):
         raise BadTrace("timestamps or durations out of range (more than 100 days apart)")
+    if n and np.abs(ts).max() > TS_LIMIT_US:             # int64 ns could not hold them
+        raise BadTrace("timestamps out of range (beyond ±9e15 µs)")
     abs_ns, timestamps = start_abs_ns(ts, events, phs, raw, n_paired=len(where.extra))
     origin = int(abs_ns[keep].min()) if keep.any() else 0
     tids, tid_names = intern_ids(tid_l, "tid", where)
