@@ -43,6 +43,15 @@ function viewActions(app: JupyterFrontEnd): IProfileViewActions {
     openKernel: (kernel: IKernelRef) =>
       run(app, CommandIDs.openKernel, { file: kernel.file ?? '', line: kernel.line ?? 1 }),
     openProfiler: (runId: number | null) => run(app, CommandIDs.openProfiler, runId === null ? {} : { runId }),
+    notebookPathOf: (node: HTMLElement) => {
+      const id = node.closest('.jp-NotebookPanel')?.id;
+      for (const widget of id ? app.shell.widgets('main') : []) {
+        if (widget.id === id) {
+          return (widget as unknown as { context?: { path?: string } }).context?.path ?? null;
+        }
+      }
+      return null;
+    },
     openSource: (source: string, origin: HTMLElement | null, notebookPath?: string | null, cellSource?: string | null) => {
       const panelId = origin?.closest('.jp-NotebookPanel')?.id;
       // the cell holding the clicked output, by its DOM id (lumino widgets have one)

@@ -33,6 +33,7 @@ import { whatIfSection } from './advisor';
 import { breakdownSection } from './breakdown';
 import { gpuPages, sourceLine } from './gpu';
 import { fmtBytes, memorySection } from './memory';
+import { traceTab } from './viewer/tab';
 
 export { bar, el, fmtCount, fmtNs, fmtPct, fmtSignedPct, fmtUsd, table };
 
@@ -63,6 +64,8 @@ export interface IProfileViewActions {
     notebookPath?: string | null,
     cellSource?: string | null
   ) => void;
+  /** The path of the notebook an output element belongs to (the trace viewer asks the server for its run). */
+  notebookPathOf?: (node: HTMLElement) => string | null;
 }
 
 /** A parsed op source: a notebook cell by execution count, or a file; both with a 1-based line. */
@@ -550,8 +553,14 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
     pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);
   }
-  const timeline = p.timeline ? summaryTimelineSvg(p.timeline) : null;
-  if (timeline) {
+  const trace = traceTab(p, actions, src => sourceLink(src, actions), name => {
+    const hot = p.hot_ops?.find(h => h.op === name && h.kernel);
+    return hot?.kernel ? kernelLink(hot.kernel, actions) : null;
+  });
+  const timeline = trace ? null : p.timeline ? summaryTimelineSvg(p.timeline) : null;
+  if (trace) {
+    pages.push(['Timeline', trace]);
+  } else if (timeline) {
     pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
   }
   const whatIf = whatIfSection(p);

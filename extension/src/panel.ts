@@ -13,15 +13,20 @@ import {
   fmtSignedPct,
   hotOpsTable,
   IProfileViewActions,
+  kernelLink,
   renderProfile,
   sourceLabel,
+  sourceLink,
   table
 } from './mime';
 import { requestAPI } from './request';
+import { ServerTraceSource } from './viewer/sources';
+import { TraceViewer } from './viewer/viewer';
 import {
   ENGINES,
   IDeviceOp,
   IOpRow,
+  IProfilePayload,
   IRunDetail,
   IRunRow,
   IRunsResponse,
@@ -33,7 +38,8 @@ const OPS_PAGE_SIZE = 100;
 
 /** Per-engine utilization heat strips: one row per engine, one rect per bin. */
 export function timelineSvg(t: ITimelineResponse): SVGSVGElement {
-  const names = [...ENGINES, ...Object.keys(t.engines).filter(e => !(ENGINES as readonly string[]).includes(e))];
+  // ops on no engine ('none': views) are no track
+  const names = [...ENGINES, ...Object.keys(t.engines).filter(e => e !== 'none' && !(ENGINES as readonly string[]).includes(e))];
   return engineBinsSvg(
     names.map(n => [n, t.engines[n] ?? []]),
     i => fmtNs(t.start_ns + i * t.bin_ns),
@@ -163,7 +169,11 @@ export class ProfilerPanel extends Widget {
       } else {
         parts.push(el('div', { text: 'This run has no summary.' }));
       }
-      parts.push(el('h4', { text: 'Timeline (engine utilization)' }), timeline, el('h4', { text: 'Device ops' }), opsBox);
+      const trace = detail.tables.includes('device_ops') ? this._traceViewer(runId, run.summary ?? null) : null;
+      if (trace) {
+        parts.push(el('h4', { text: 'Trace' }), trace.node);
+      }
+      parts.push(el('h4', { text: 'Engine utilization' }), timeline, el('h4', { text: 'Device ops' }), opsBox);
       if (run.summary?.hot_ops?.length) {
         parts.push(
           el('h4', { text: 'Hot path' }),
@@ -172,6 +182,11 @@ export class ProfilerPanel extends Widget {
       }
       this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
       if (detail.tables.includes('device_ops')) {
+        // the trace first: on a cold server both would read the table at once (but a hidden panel does not
+        // paint, so wait a few seconds at most)
+        if (trace) {
+          await Promise.race([trace.viewer.firstPaint.catch(() => undefined), new Promise(r => setTimeout(r, 3000))]);
+        }
         await this._loadTimeline(runId, timeline, opsBox, 0);
       } else {
         timeline.textContent = 'No device trace stored for this run.';
@@ -179,6 +194,19 @@ export class ProfilerPanel extends Widget {
     } catch (error) {
       this._detail.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
     }
+  }
+
+  /** The trace viewer on the stored run, served level-of-detail per window by the server. */
+  private _traceViewer(runId: number, summary: IProfilePayload | null): { node: HTMLElement; viewer: TraceViewer } {
+    const actions = this._actions;
+    const viewer = new TraceViewer(new ServerTraceSource(runId, this._path!), {
+      sourceLink: src => sourceLink(src, actions),
+      kernelLink: name => {
+        const hot = summary?.hot_ops?.find(h => h.op === name && h.kernel);
+        return hot?.kernel ? kernelLink(hot.kernel, actions) : null;
+      }
+    });
+    return { node: el('div', { class: 'ns-TraceBox ns-PanelTrace' }, viewer.node), viewer };
   }
 
   /** Compare the two selected runs (older first). */

@@ -158,6 +158,8 @@ export interface IProfilePayload {
   steps?: number;
   ops_per_step?: number | null;
   timeline?: ISummaryTimeline | null;
+  /** The whole run's trace at one resolution (the trace viewer's data without a server; viewer/types.ts). */
+  trace_view?: unknown;
   engines?: IEngineUtilization[];
   hot_ops?: IHotOp[];
   op_table?: IOpRow[];

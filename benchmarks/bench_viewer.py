@@ -1,0 +1,220 @@
+"""The trace viewer on a 1M-op run in headless Chromium: first paint, payload, zoom/pan frame times.
+
+    python benchmarks/bench_viewer.py                  # 1,000,000 ops
+    python benchmarks/bench_viewer.py --ops 200000
+
+Seeds a temporary run store with one run whose `device_ops` table holds `--ops` synthetic ops (two cores,
+five engines, two host threads launching, five steps), starts JupyterLab on it (this checkout's server
+code first on PYTHONPATH; the labextension as installed in this venv, so install the extension first:
+`bash run.sh test` or `pip install ./extension`), opens the Neuron Profiler panel on the run in Chromium
+(/usr/bin/chromium) and measures:
+- first paint: from the viewer's creation in the panel to it showing boxes, cold (the server reads and
+  prepares the table) and warm (a second open of the same run); the panel's own requests before it (the
+  run list and the run's detail) are printed apart;
+- payload: the bytes of every level-of-detail answer the viewer asked for;
+- frames: the time between animation frames while wheel-zooming, dragging and panning with the keyboard
+  (every frame, including those that swap in a new level-of-detail answer).
+Goals (issue 18): first paint <= 2 s, payload <= 5 MB, a zoom/pan frame <= 50 ms.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_server  # noqa: E402  (the 1M-op table and the store seeding are shared with it)
+
+CHROMIUM = "/usr/bin/chromium"
+GOALS = {"first paint (ms)": 2000.0, "payload (MB)": 5.0, "frame (ms)": 50.0}
+
+
+def _with_host_columns(table: pa.Table, steps: int = 5) -> pa.Table:
+    """The viewer's columns: two host threads, a launch cost on a third of the ops, `steps` steps."""
+    n = table.num_rows
+    rng = np.random.default_rng(1)
+    launch = np.where(rng.random(n) < 0.33, rng.integers(200, 3000, n), 0)
+    return (table.append_column("thread", pa.array(np.where(np.arange(n) % 7 == 0, 2, 1), pa.int64()))
+            .append_column("step", pa.array(np.arange(n) * steps // n + 1, pa.int32()))
+            .append_column("launch_ns", pa.array(launch, pa.int64()))
+            .append_column("input_shapes", pa.array(["8x64;64x128"] * n))
+            .append_column("output_shapes", pa.array(["8x128"] * n)))
+
+
+def _seed(root: Path, n_ops: int) -> int:
+    original = bench_server._device_ops
+    bench_server._device_ops = lambda n, seed=0: _with_host_columns(original(n, seed))
+    try:
+        rid, _, _ = bench_server._seed_store(root, n_ops)
+    finally:
+        bench_server._device_ops = original
+    return rid
+
+
+def _start_lab(root: Path, port: int, token: str, home: Path) -> subprocess.Popen:
+    env = {**os.environ, "HOME": str(home), "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
+           "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "extension"), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NEURON_STUDIO_STORE", None)
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
+           f"--port={port}", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
+           "--LabApp.expose_app_in_browser=True"]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _wait(base: str, token: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            return
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("jupyter lab did not answer in time")
+
+
+OPEN_RUN = """async ([rid]) => {
+  document.querySelectorAll('.ns-PanelTrace').forEach(n => n.remove());
+  const t0 = performance.now();
+  const viewer = () => document.querySelector('.ns-PanelTrace .ns-TraceViewer');
+  let created = null;
+  const opened = window.jupyterapp.commands.execute('neuron-studio:open-profiler', {path: 'bench.ipynb', runId: rid});
+  while (!(viewer() && viewer().getAttribute('data-view-end') &&
+           /boxes/.test(viewer().querySelector('.ns-TraceStatus').textContent))) {
+    if (created === null && viewer()) { created = performance.now(); }
+    await new Promise(r => setTimeout(r, 5));
+  }
+  await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
+  await opened;
+  const total = performance.now() - (created ?? t0);
+  const trace = performance.getEntriesByType('resource').filter(e => /\/trace\?/.test(e.name) && e.startTime >= t0);
+  const first = trace.length ? trace[0] : null;
+  performance.clearResourceTimings();
+  return [total, first ? first.startTime - t0 : null, first ? first.duration : null];
+}"""
+
+INTERACT = """async () => {
+  const v = document.querySelector('.ns-PanelTrace .ns-TraceViewer');
+  const canvas = v.querySelector('.ns-TraceCanvas');
+  const stage = v.querySelector('.ns-TraceStage');
+  const box = canvas.getBoundingClientRect();
+  const gaps = [], latency = [];
+  let last = performance.now(), running = true;
+  const loop = now => { gaps.push(now - last); last = now; if (running) requestAnimationFrame(loop); };
+  requestAnimationFrame(loop);
+  const sleep = ms => new Promise(r => setTimeout(r, ms));
+  // an interaction's frame: from the event to the end of the animation frame that draws it (the chart
+  // renders in a requestAnimationFrame callback queued by the event, before ours)
+  const frame = async (target, event) => {
+    const t0 = performance.now();
+    target.dispatchEvent(event);
+    await new Promise(r => requestAnimationFrame(() => r()));
+    latency.push(performance.now() - t0);
+  };
+  const at = {clientX: box.left + box.width * 0.4, clientY: box.top + 40, bubbles: true, cancelable: true};
+  canvas.dispatchEvent(new MouseEvent('mousemove', at));
+  for (let i = 0; i < 40; i++) {          // wheel zoom in, 40 notches, a LOD answer now and then
+    await frame(canvas, new WheelEvent('wheel', {...at, deltaY: -120}));
+    await sleep(i % 8 === 7 ? 400 : 30);
+  }
+  canvas.dispatchEvent(new MouseEvent('mousedown', at));
+  for (let i = 1; i < 20; i++) {          // drag to pan
+    await frame(canvas, new MouseEvent('mousemove', {...at, clientX: at.clientX - i * 15}));
+    await sleep(30);
+  }
+  canvas.dispatchEvent(new MouseEvent('mouseup', at));
+  stage.focus();
+  for (const key of ['d', 'd', 'a', 's', 's', 'w', 'f']) {   // keyboard pan, zoom, fit
+    await frame(stage, new KeyboardEvent('keydown', {key, bubbles: true, cancelable: true}));
+    await sleep(400);
+  }
+  for (let i = 0; i < 20; i++) {          // wheel zoom out again
+    await frame(canvas, new WheelEvent('wheel', {...at, deltaY: 240}));
+    await sleep(40);
+  }
+  await sleep(500);
+  running = false;
+  return [latency, gaps.slice(1), Number(v.getAttribute('data-swap-ms') || 0)];
+}"""
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+def main() -> None:
+    from playwright.sync_api import sync_playwright
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ops", type=int, default=1_000_000)
+    args = ap.parse_args()
+    load = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="ns-bench-viewer-") as tmp:
+        root, home = Path(tmp) / "root", Path(tmp) / "home"
+        root.mkdir()
+        home.mkdir()
+        t = time.perf_counter()
+        rid = _seed(root, args.ops)
+        print(f"store seeded: {args.ops:,} ops in {time.perf_counter() - t:.1f} s")
+        port, token = bench_server._free_port(), secrets.token_hex(16)
+        base = f"http://127.0.0.1:{port}"
+        proc = _start_lab(root, port, token, home)
+        payloads: list[int] = []
+        try:
+            _wait(base, token, proc)
+            with sync_playwright() as pw:
+                browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+                page = browser.new_page(viewport={"width": 1600, "height": 1000})
+
+                def on_response(resp) -> None:  # noqa: ANN001
+                    if "/neuron-studio/runs/" in resp.url and "/trace?" in resp.url:
+                        payloads.append(len(resp.body()))
+
+                page.on("response", on_response)
+                page.goto(f"{base}/lab/workspaces/bench-{secrets.token_hex(4)}?reset&token={token}")
+                page.wait_for_selector(".jp-LabShell", timeout=120_000)
+                page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands"
+                                       ".hasCommand('neuron-studio:open-profiler')", timeout=120_000)
+                cold = page.evaluate(OPEN_RUN, [rid])
+                warm = page.evaluate(OPEN_RUN, [rid])
+                frames = page.evaluate(INTERACT)
+                browser.close()
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    latency, gaps, swap = frames
+    print(f"\nload average before the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min, 2 cores)")
+    print(f"{'figure':<44}{'measured':>10}{'goal':>8}{'measured / goal':>17}")
+    rows = [("first paint, cold: table read on the server (ms)", cold[0], GOALS["first paint (ms)"]),
+            ("first paint, warm: table cached (ms)", warm[0], GOALS["first paint (ms)"]),
+            ("largest payload (MB)", max(payloads) / 1e6, GOALS["payload (MB)"]),
+            ("whole-run payload (MB)", payloads[0] / 1e6, GOALS["payload (MB)"]),
+            ("zoom/pan frame, event to drawn, p50 (ms)", _pct(latency, 0.5), GOALS["frame (ms)"]),
+            ("zoom/pan frame, event to drawn, p95 (ms)", _pct(latency, 0.95), GOALS["frame (ms)"]),
+            ("zoom/pan frame, event to drawn, max (ms)", max(latency), GOALS["frame (ms)"]),
+            ("largest slice swapping in a LOD answer (ms)", swap, GOALS["frame (ms)"]),
+            ("gap between animation frames, p95 (ms)", _pct(gaps, 0.95), GOALS["frame (ms)"])]
+    for label, value, goal in rows:
+        print(f"{label:<44}{value:>10.1f}{goal:>8.1f}{value / goal:>16.2f}x")
+    print(f"\nthe whole-run request took {cold[2]:.0f} ms cold, {warm[2]:.0f} ms warm; the panel's run list and "
+          f"run detail before the viewer exists took {cold[1]:.0f} ms (cold server) / {warm[1]:.0f} ms")
+    print(f"{len(payloads)} level-of-detail answers ({sum(payloads) / 1e6:.2f} MB in all); {len(latency)} "
+          f"interactions; {len(gaps)} animation frames (their gaps include other processes on this shared machine)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+/**
+ * Wire types of the trace viewer (the server's `runs/<id>/trace*` routes and the summary's `trace_view`)
+ * and the one interface the viewer reads data through, so the panel (server, level of detail per window)
+ * and a saved notebook's output (the summary's whole-run overview, no server) share one viewer.
+ */
+
+/** One lane's boxes for a window; times are ns relative to the window answer's `origin_ns`. */
+export interface ITraceLane {
+  id: string;
+  label: string;
+  kind: 'host' | 'device' | string;
+  core: number | null;
+  track: string;
+  /** Ops the lane holds in the whole run. */
+  total: number;
+  start: number[];
+  end: number[];
+  /** Ops merged into each box (1: the box is one op). */
+  count: number[];
+  /** Busy ns of each box inside the window. */
+  busy: number[];
+  /** The op's seq for a one-op box, else -1. */
+  seq: number[];
+  /** Index into `names` for a one-op box, else -1. */
+  name: number[];
+}
+
+export interface ITraceWindow {
+  origin_ns: number;
+  start_ns: number;
+  end_ns: number;
+  width_px: number;
+  px_ns: number;
+  run_start_ns: number;
+  run_end_ns: number;
+  total_ops: number;
+  names: string[];
+  steps: { step: number; start: number }[];
+  lanes: ITraceLane[];
+  /** Overview only: details of its one-op boxes by seq. */
+  ops?: Record<string, ITraceOpInfo>;
+  clock?: string;
+}
+
+/** What the viewer shows about one op (a stored device_ops row, or the overview's subset). */
+export interface ITraceOpInfo {
+  seq?: number;
+  name?: string;
+  engine?: string;
+  core?: number;
+  start_ns?: number;
+  end_ns?: number;
+  module?: string | null;
+  source?: string | null;
+  input_shapes?: string | null;
+  output_shapes?: string | null;
+  flops?: number | null;
+  bytes_read?: number | null;
+  bytes_written?: number | null;
+  bound?: string | null;
+  launch_ns?: number | null;
+  step?: number | null;
+}
+
+export interface ITraceOpDetail {
+  op: ITraceOpInfo;
+  lane: string | null;
+  host_lane: string | null;
+}
+
+export interface ITraceSearchResult {
+  seq: number;
+  name: string;
+  lane: string;
+  start: number;
+  end: number;
+}
+
+export interface ITraceSearch {
+  total: number;
+  results: ITraceSearchResult[];
+}
+
+/** Where the viewer's data comes from; times in requests are absolute ns (the run's clock). */
+export interface ITraceSource {
+  /** Boxes of [startNs, endNs) at `widthPx` (whole run when both are undefined). */
+  window(startNs: number | undefined, endNs: number | undefined, widthPx: number): Promise<ITraceWindow>;
+  op(seq: number): Promise<ITraceOpDetail>;
+  search(query: string): Promise<ITraceSearch>;
+  /** Whether zooming asks for finer boxes (a server) or only magnifies the overview. */
+  readonly levelOfDetail: boolean;
+}

@@ -1,0 +1,563 @@
+/**
+ * The trace viewer: host threads' launches and each NeuronCore's engine tracks on one time axis, drawn
+ * on a canvas by flame-chart-js (one flame-chart plugin per lane, its time grid for the ticks, its marks
+ * for the steps). Wheel zooms, drag pans, W/S/A/D (or +/-/arrows) zoom and pan from the keyboard, F fits
+ * the run; hover shows an op, a click shows its shapes, module, source line and kernel link; search finds
+ * ops by name; lines link a launch to the device op it started. With a server source, every settled view
+ * asks for that window's level-of-detail boxes, so a 1M-op run stays a few thousand boxes.
+ *
+ * Everything from a trace reaches the page as `textContent` (or canvas text), never as markup.
+ */
+import { FlameChartContainer, FlameChartNode, FlameChartPlugin, MarksPlugin, TimeGridPlugin } from 'flame-chart-js';
+
+import { PromiseDelegate } from '@lumino/coreutils';
+
+import { el, fmtNs } from '../dom';
+import { ITraceLane, ITraceOpDetail, ITraceSource, ITraceWindow } from './types';
+
+export const TRACK_COLORS: Record<string, string> = {
+  host: '#e15759',
+  tensor: '#4e79a7',
+  vector: '#59a14f',
+  scalar: '#f28e2b',
+  gpsimd: '#b07aa1',
+  dma: '#9c755f',
+  collective: '#edc948'
+};
+const LANE_H = 24;
+const AXIS_H = 22;
+const MARKS_H = 14;
+const LABEL_W = 150;
+const LOD_DELAY_MS = 120;
+const MAX_FLOWS = 400;
+/** Time one frame may spend swapping in new boxes. */
+const SWAP_BUDGET_MS = 12;
+/** Fraction of the view fetched on each side, so a small pan has boxes before the next answer. */
+const MARGIN = 0.5;
+
+export interface ITraceViewerOptions {
+  /** An op's source as a link that opens the cell or file at the line. */
+  sourceLink: (source: string) => HTMLElement | string;
+  /** The kernel that runs (or could replace) an op, as a link, or null. */
+  kernelLink: (opName: string) => HTMLElement | null;
+  /** Note under the toolbar (e.g. "overview: zoom magnifies, open the panel for detail"). */
+  note?: string;
+}
+
+/** What a box carries besides what flame-chart-js draws. */
+interface IBoxInfo {
+  seq: number;
+  count: number;
+  busy: number;
+  lane: number;
+  startNs: number;
+  endNs: number;
+}
+type BoxNode = FlameChartNode & { ns: IBoxInfo };
+interface ISelectEvent {
+  node: { source?: BoxNode } | null;
+  type: string;
+}
+
+export class TraceViewer {
+  readonly node: HTMLElement;
+
+  constructor(
+    private _source: ITraceSource,
+    private _opts: ITraceViewerOptions
+  ) {
+    this._search.type = 'search';
+    this._search.placeholder = 'Find op by name';
+    this._search.setAttribute('aria-label', 'find op by name');
+    const find = el('button', { class: 'jp-mod-styled ns-TraceFind', text: 'Find', attrs: { type: 'button' } });
+    const fit = el('button', { class: 'jp-mod-styled ns-TraceFit', text: 'Whole run', attrs: { type: 'button' } });
+    find.addEventListener('click', () => void this.find(this._search.value));
+    this._search.addEventListener('keydown', e => {
+      if (e.key === 'Enter') {
+        void this.find(this._search.value);
+      }
+      e.stopPropagation();
+    });
+    fit.addEventListener('click', () => this.fit());
+    this._stage.tabIndex = 0;
+    // the viewer's keys are its own, not JupyterLab's shortcuts (a notebook's command mode binds A, D, F)
+    this._stage.setAttribute('data-lm-suppress-shortcuts', 'true');
+    this._stage.setAttribute('aria-label', 'trace: wheel or W/S to zoom, drag or A/D to pan, F for the whole run');
+    this._stage.addEventListener('keydown', e => this._onKey(e));
+    this._stage.addEventListener('mousemove', e => this._onMouseMove(e));
+    this._stage.addEventListener('mouseleave', () => this._hideTooltip());
+    this._stage.append(this._labels, this._canvas, this._overlay, this._tooltip);
+    this.node = el(
+      'div',
+      { class: 'ns-TraceViewer' },
+      el('div', { class: 'ns-TraceToolbar' }, this._search, find, fit, this._range, this._status),
+      _opts.note ? el('div', { class: 'ns-TraceNote', text: _opts.note }) : null,
+      this._stage,
+      this._results,
+      this._details
+    );
+    this._hideTooltip();
+    requestAnimationFrame(() => this._tick());
+  }
+
+  /** Resolves once the first window is drawn (rejects when the trace cannot be loaded). */
+  get firstPaint(): Promise<void> {
+    return this._painted.promise;
+  }
+
+  /** The visible window, ns relative to the run's origin. */
+  get view(): { start: number; end: number } {
+    const r = this._chart?.renderEngine;
+    if (!r) {
+      return { start: 0, end: 0 };
+    }
+    return { start: r.positionX * 1000, end: (r.positionX + r.getRealView()) * 1000 };
+  }
+
+  /** Show [start, end) ns (relative to the origin). */
+  zoomTo(start: number, end: number): void {
+    if (!this._chart || !(end > start)) {
+      return;
+    }
+    this._chart.setZoom(start / 1000, end / 1000);
+  }
+
+  fit(): void {
+    if (this._data) {
+      this.zoomTo(this._data.run_start_ns - this._data.origin_ns, this._data.run_end_ns - this._data.origin_ns);
+    }
+  }
+
+  /** Find ops whose name contains `query`; list them, each zooming to its op. */
+  async find(query: string): Promise<void> {
+    if (!query.trim()) {
+      return;
+    }
+    try {
+      const found = await this._source.search(query);
+      const items = found.results.slice(0, 20).map(r => {
+        const item = el('li', { class: 'ns-TraceResult', attrs: { 'data-seq': String(r.seq) } },
+          el('a', { text: r.name, attrs: { href: '#' } }),
+          el('span', { text: ` ${this._laneLabel(r.lane)} at ${fmtNs(r.start)} (${fmtNs(r.end - r.start)})` }));
+        item.addEventListener('click', e => {
+          e.preventDefault();
+          void this.reveal(r.seq, r.start, r.end);
+        });
+        return item;
+      });
+      this._results.replaceChildren(
+        el('div', { class: 'ns-TraceResultCount', text: `${found.total.toLocaleString()} ${found.total === 1 ? 'op matches' : 'ops match'} “${query.trim()}”${found.total > 20 ? ' (first 20)' : ''}` }),
+        el('ul', {}, ...items)
+      );
+    } catch (error) {
+      this._results.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
+    }
+  }
+
+  /** Zoom to an op (with room around it) and show its details. */
+  async reveal(seq: number, start: number, end: number): Promise<void> {
+    const pad = Math.max((end - start) * 4, 200);
+    this.zoomTo(start - pad, end + pad);
+    await this.showOp(seq);
+  }
+
+  /** The op's details: name, lane, times, shapes, module, source link, kernel link. */
+  async showOp(seq: number): Promise<void> {
+    this._selected = seq;
+    this._drawOverlay();
+    let detail: ITraceOpDetail;
+    try {
+      detail = await this._source.op(seq);
+    } catch (error) {
+      this._details.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
+      return;
+    }
+    if (this._selected !== seq) {
+      return;
+    }
+    const op = detail.op;
+    const origin = this._data?.origin_ns ?? 0;
+    const rows: [string, Node | string][] = [
+      ['Op', String(op.name ?? '')],
+      ['Lane', this._laneLabel(detail.lane ?? detail.host_lane ?? '')],
+      ['Start', op.start_ns === undefined ? '—' : fmtNs(op.start_ns - origin)],
+      ['Duration', op.start_ns === undefined || op.end_ns === undefined ? '—' : fmtNs(op.end_ns - op.start_ns)],
+      ['Input shapes', String(op.input_shapes || '—')],
+      ['Output shapes', String(op.output_shapes || '—')],
+      ['Module', String(op.module || '—')],
+      ['Source', op.source ? this._opts.sourceLink(String(op.source)) : '—']
+    ];
+    if (op.launch_ns) {
+      rows.push(['Launch', `${fmtNs(op.launch_ns)} on ${this._laneLabel(detail.host_lane ?? '')}`]);
+    }
+    if (op.bound) {
+      rows.push(['Bound', String(op.bound)]);
+    }
+    const kernel = this._opts.kernelLink(String(op.name ?? ''));
+    rows.push(['Kernel', kernel ?? 'none in the registry']);
+    this._details.replaceChildren(
+      el('table', { class: 'ns-Table ns-TraceDetails', attrs: { 'data-seq': String(seq) } },
+        el('tbody', {}, ...rows.map(([k, v]) => el('tr', {}, el('th', { text: k }), el('td', {}, v)))))
+    );
+  }
+
+  // ---- drawing ---------------------------------------------------------------------------------
+
+  private async _load(width: number): Promise<void> {
+    this._status.textContent = 'loading…';
+    const data = await this._source.window(undefined, undefined, width);
+    this._data = data;
+    this._fetched = { lo: data.start_ns - data.origin_ns, hi: data.end_ns - data.origin_ns, pxNs: data.px_ns };
+    this._create(data, width);
+    this._status.textContent = this._summaryText(data);
+    requestAnimationFrame(() => this._painted.resolve());
+  }
+
+  private _create(data: ITraceWindow, width: number): void {
+    this._lanePlugins = data.lanes.map(lane => new FlameChartPlugin({ data: this._nodes(data, lane), name: lane.id }));
+    const end = (data.run_end_ns - data.origin_ns) / 1000;
+    const marks = data.steps.map(s => ({ shortName: `step ${s.step}`, fullName: `step ${s.step} starts`, timestamp: s.start / 1000, color: '#d62728' }));
+    marks.push({ shortName: 'end', fullName: 'end of the run', timestamp: end, color: '#999999' });
+    if (!data.steps.some(s => s.start <= 0)) {
+      marks.push({ shortName: 'start', fullName: 'start of the run', timestamp: (data.run_start_ns - data.origin_ns) / 1000, color: '#999999' });
+    }
+    const height = AXIS_H + MARKS_H + data.lanes.length * LANE_H;
+    this._canvas.width = width;
+    this._canvas.height = height;
+    this._canvas.style.width = `${width}px`;
+    this._canvas.style.height = `${height}px`;
+    this._chart = new FlameChartContainer({
+      canvas: this._canvas,
+      plugins: [new TimeGridPlugin(), new MarksPlugin({ data: marks }), ...this._lanePlugins],
+      settings: {
+        options: { timeUnits: 'µs', tooltip: (region: unknown) => this._showTooltip(region) },
+        styles: { main: { blockHeight: LANE_H - 8 } }
+      }
+    });
+    // flame-chart-js's container is a node-style EventEmitter (typed through @types/node, not loaded here)
+    const emitter = this._chart as unknown as { on: (name: string, cb: (event: ISelectEvent) => void) => void };
+    emitter.on('select', event => {
+      const box = event?.node?.source;
+      if (box?.ns && box.ns.seq >= 0) {
+        void this.showOp(box.ns.seq);
+      } else if (box?.ns) {
+        // a merged box: zoom to it so its ops separate
+        this.zoomTo(box.ns.startNs, box.ns.endNs);
+      }
+    });
+    this._width = width;
+    this._placeLabels();
+  }
+
+  private _nodes(data: ITraceWindow, lane: ITraceLane): BoxNode[] {
+    const idx = data.lanes.indexOf(lane);
+    const color = TRACK_COLORS[lane.track] ?? '#888888';
+    const merged = color + '99';
+    const out: BoxNode[] = [];
+    for (let i = 0; i < lane.start.length; i++) {
+      const single = lane.count[i] === 1 && lane.seq[i] >= 0;
+      const dur = lane.end[i] - lane.start[i];
+      out.push({
+        name: single ? data.names[lane.name[i]] ?? 'op' : `${lane.count[i]} ops`, // not toLocaleString: far too slow per box
+        start: lane.start[i] / 1000,
+        duration: Math.max(dur, 0.001) / 1000,
+        color: single ? color : merged,
+        ns: { seq: single ? lane.seq[i] : -1, count: lane.count[i], busy: lane.busy[i], lane: idx, startNs: lane.start[i], endNs: lane.end[i] }
+      });
+    }
+    return out;
+  }
+
+  /** New boxes for the same lanes, keeping the view (flame-chart-js resets it on new data). */
+  private _replace(data: ITraceWindow): void {
+    const chart = this._chart;
+    if (!chart || data.lanes.length !== this._lanePlugins.length) {
+      return;
+    }
+    // a few lanes per frame, so swapping in a window's boxes never holds one frame for long
+    const pending = data.lanes.map((lane, i) => ({ lane, i }));
+    const ticket = this._lodTicket;
+    const step = () => {
+      if (ticket !== this._lodTicket) {
+        return; // a newer answer is on its way
+      }
+      const t0 = performance.now();
+      while (pending.length && performance.now() - t0 < SWAP_BUDGET_MS) {
+        const { lane, i } = pending.shift()!;
+        const plugin = this._lanePlugins[i];
+        plugin.data = this._nodes(data, lane);
+        plugin.parseData();
+        plugin.initData();
+        plugin.reset();
+      }
+      this._swapMs = Math.max(this._swapMs, performance.now() - t0);
+      if (pending.length) {
+        requestAnimationFrame(step);
+        return;
+      }
+      const { start, end } = this.view;
+      chart.renderEngine.calcMinMax();
+      this._data = data;
+      this.zoomTo(start, end);
+      this._drawOverlay();
+      this.node.setAttribute('data-swap-ms', this._swapMs.toFixed(1));
+    };
+    step();
+  }
+
+  private _placeLabels(): void {
+    const chart = this._chart;
+    if (!chart || !this._data) {
+      return;
+    }
+    const offset = 2; // time grid and marks come first
+    const labels = this._data.lanes.map((lane, i) => {
+      const engine = chart.renderEngine.children[i + offset];
+      const label = el('div', { class: `ns-TraceLabel ns-TraceLabel-${lane.kind}`, text: lane.label, title: `${lane.label}: ${lane.total.toLocaleString()} ops` });
+      label.style.top = `${engine?.position ?? 0}px`;
+      label.style.height = `${LANE_H}px`;
+      return label;
+    });
+    this._labels.replaceChildren(...labels);
+  }
+
+  private _laneY(lane: number): number {
+    const engine = this._chart?.renderEngine.children[lane + 2];
+    return (engine?.position ?? 0) + (LANE_H - 8) / 2 + 1;
+  }
+
+  /** Flow lines from each visible launch to the device op it started; the selected op's in bold. */
+  private _drawOverlay(): void {
+    const ctx = this._overlay.getContext('2d');
+    const chart = this._chart;
+    const data = this._data;
+    if (!ctx || !chart || !data) {
+      return;
+    }
+    this._overlay.width = this._canvas.width;
+    this._overlay.height = this._canvas.height;
+    ctx.clearRect(0, 0, this._overlay.width, this._overlay.height);
+    const r = chart.renderEngine;
+    const x = (ns: number) => (ns / 1000 - r.positionX) * r.zoom;
+    const deviceStart = new Map<number, [number, number]>();
+    data.lanes.forEach((lane, li) => {
+      if (lane.kind === 'host') {
+        return;
+      }
+      lane.seq.forEach((seq, i) => {
+        if (seq >= 0 && !deviceStart.has(seq)) {
+          deviceStart.set(seq, [lane.start[i], li]);
+        }
+      });
+    });
+    let drawn = 0;
+    data.lanes.forEach((lane, li) => {
+      if (lane.kind !== 'host') {
+        return;
+      }
+      lane.seq.forEach((seq, i) => {
+        const target = seq >= 0 ? deviceStart.get(seq) : undefined;
+        if (!target || drawn >= MAX_FLOWS) {
+          return;
+        }
+        const x1 = x(lane.end[i]);
+        const x2 = x(target[0]);
+        if ((x1 < 0 && x2 < 0) || (x1 > r.width && x2 > r.width)) {
+          return;
+        }
+        drawn++;
+        const y1 = this._laneY(li);
+        const y2 = this._laneY(target[1]);
+        const bold = seq === this._selected;
+        ctx.strokeStyle = bold ? '#000' : 'rgba(60,60,60,0.55)';
+        ctx.lineWidth = bold ? 2 : 1;
+        ctx.beginPath();
+        ctx.moveTo(x1, y1);
+        ctx.lineTo(x2, y2);
+        ctx.stroke();
+        ctx.beginPath(); // arrow head at the device op
+        ctx.moveTo(x2, y2);
+        ctx.lineTo(x2 - 4, y2 - 5);
+        ctx.lineTo(x2 + 4, y2 - 5);
+        ctx.closePath();
+        ctx.fillStyle = ctx.strokeStyle;
+        ctx.fill();
+      });
+    });
+    this.node.setAttribute('data-flows', String(drawn));
+  }
+
+  // ---- interaction -----------------------------------------------------------------------------
+
+  private _tick(): void {
+    if (this._disposed) {
+      return;
+    }
+    const width = Math.floor(this._stage.clientWidth - LABEL_W);
+    if (!this._chart && !this._loading && width > 50) {
+      this._loading = true;
+      this._load(width).catch(error => {
+        this._painted.reject(error);
+        this._status.textContent = '';
+        this._stage.replaceChildren(el('div', { class: 'ns-Error', text: `Trace not available: ${(error as Error).message}` }));
+      });
+    } else if (this._chart && width > 50 && Math.abs(width - this._width) > 4) {
+      const { start, end } = this.view;
+      this._width = width;
+      this._canvas.style.width = `${width}px`;
+      this._chart.resize(width, this._canvas.height);
+      this.zoomTo(start, end);
+      this._placeLabels();
+    }
+    if (this._chart) {
+      const { start, end } = this.view;
+      const key = `${start.toFixed(3)}:${end.toFixed(3)}`;
+      if (key !== this._lastView) {
+        this._lastView = key;
+        this._onViewChange(start, end);
+      }
+      if (!this._chart.interactionsEngine.getHoveredRegion()) {
+        this._hideTooltip();
+      }
+    }
+    if (this._seenConnected && !this.node.isConnected) {
+      this._disposed = true;
+      this._chart?.interactionsEngine.destroy();
+      return;
+    }
+    this._seenConnected = this._seenConnected || this.node.isConnected;
+    requestAnimationFrame(() => this._tick());
+  }
+
+  private _onViewChange(start: number, end: number): void {
+    const ticks: string[] = [];
+    this._chart?.timeGrid.forEachTime((px: number, t: number) => {
+      if (px >= 0 && px <= this._width) {
+        ticks.push(fmtNs(t * 1000));
+      }
+    });
+    this.node.setAttribute('data-view-start', String(Math.round(start)));
+    this.node.setAttribute('data-view-end', String(Math.round(end)));
+    this.node.setAttribute('data-ticks', ticks.join('|'));
+    this._range.textContent = `${fmtNs(start)} – ${fmtNs(end)} (${fmtNs(end - start)} shown)`;
+    this._drawOverlay();
+    if (!this._source.levelOfDetail || !this._data) {
+      return;
+    }
+    const have = this._fetched;
+    const pxNs = (end - start) / Math.max(this._width, 1);
+    if (have && start >= have.lo && end <= have.hi && pxNs > have.pxNs / 1.5 && pxNs < have.pxNs * 1.5) {
+      return; // the boxes in hand cover this view at about this resolution
+    }
+    if (this._lodTimer !== null) {
+      clearTimeout(this._lodTimer);
+    }
+    this._lodTimer = window.setTimeout(() => void this._fetchWindow(start, end), LOD_DELAY_MS);
+  }
+
+  private async _fetchWindow(start: number, end: number): Promise<void> {
+    const data = this._data;
+    if (!data) {
+      return;
+    }
+    const span = end - start;
+    const lo = Math.max(data.run_start_ns - data.origin_ns, start - span * MARGIN);
+    const hi = Math.min(data.run_end_ns - data.origin_ns, end + span * MARGIN);
+    if (!(hi > lo)) {
+      return;
+    }
+    const width = this._width * ((hi - lo) / Math.max(span, 1e-9));
+    const ticket = ++this._lodTicket;
+    try {
+      const answer = await this._source.window(lo + data.origin_ns, hi + data.origin_ns, Math.min(8192, width));
+      if (ticket === this._lodTicket) {
+        this._fetched = { lo, hi, pxNs: (hi - lo) / Math.min(8192, width) };
+        this._replace(answer);
+        this._status.textContent = this._summaryText(answer);
+      }
+    } catch (error) {
+      this._status.textContent = `could not load this window: ${(error as Error).message}`;
+    }
+  }
+
+  private _onKey(e: KeyboardEvent): void {
+    const { start, end } = this.view;
+    const span = end - start;
+    const mid = (start + end) / 2;
+    const zoom = (f: number) => this.zoomTo(mid - (span * f) / 2, mid + (span * f) / 2);
+    const pan = (f: number) => this.zoomTo(start + span * f, end + span * f);
+    const keys: Record<string, () => void> = {
+      w: () => zoom(0.5), '=': () => zoom(0.5), '+': () => zoom(0.5), ArrowUp: () => zoom(0.5),
+      s: () => zoom(2), '-': () => zoom(2), ArrowDown: () => zoom(2),
+      a: () => pan(-0.2), ArrowLeft: () => pan(-0.2), d: () => pan(0.2), ArrowRight: () => pan(0.2),
+      f: () => this.fit(), Home: () => this.fit()
+    };
+    const action = keys[e.key];
+    if (action) {
+      e.preventDefault();
+      e.stopPropagation();
+      action();
+    }
+  }
+
+  private _onMouseMove(e: MouseEvent): void {
+    const box = this._stage.getBoundingClientRect();
+    this._mouse = { x: e.clientX - box.left, y: e.clientY - box.top };
+  }
+
+  private _showTooltip(region: unknown): boolean {
+    const node = (region as { data?: { source?: BoxNode } } | null)?.data?.source;
+    if (!node?.ns || !this._data) {
+      return true;
+    }
+    const lane = this._data.lanes[node.ns.lane];
+    const lines =
+      node.ns.count === 1
+        ? [node.name, `${lane?.label ?? ''} · ${fmtNs(node.ns.endNs - node.ns.startNs)} at ${fmtNs(node.ns.startNs)}`, 'click for shapes, module, source']
+        : [`${node.ns.count.toLocaleString()} ops merged`, `${lane?.label ?? ''} · busy ${fmtNs(node.ns.busy)} in ${fmtNs(node.ns.endNs - node.ns.startNs)}`, 'zoom in (or click) to separate them'];
+    this._tooltip.replaceChildren(...lines.map((t, i) => el(i === 0 ? 'b' : 'div', { text: t })));
+    this._tooltip.style.left = `${Math.min(this._mouse.x + 12, this._stage.clientWidth - 260)}px`;
+    this._tooltip.style.top = `${this._mouse.y + 14}px`;
+    this._tooltip.hidden = false;
+    return true;
+  }
+
+  private _hideTooltip(): void {
+    this._tooltip.hidden = true;
+  }
+
+  private _laneLabel(id: string): string {
+    return this._data?.lanes.find(l => l.id === id)?.label ?? id;
+  }
+
+  private _summaryText(d: ITraceWindow): string {
+    const boxes = d.lanes.reduce((n, l) => n + l.start.length, 0);
+    return `${d.total_ops.toLocaleString()} ops · ${boxes.toLocaleString()} boxes at ${fmtNs(d.px_ns)}/px${d.clock ? ` · ${d.clock} clock` : ''}`;
+  }
+
+  private _chart: FlameChartContainer | null = null;
+  private _lanePlugins: FlameChartPlugin[] = [];
+  private _data: ITraceWindow | null = null;
+  private _width = 0;
+  private _loading = false;
+  private _disposed = false;
+  private _seenConnected = false;
+  private _lastView = '';
+  private _lodTimer: number | null = null;
+  private _lodTicket = 0;
+  private _swapMs = 0;
+  private _fetched: { lo: number; hi: number; pxNs: number } | null = null;
+  private _painted = new PromiseDelegate<void>();
+  private _selected: number | null = null;
+  private _mouse = { x: 0, y: 0 };
+  private _search = el('input', { class: 'ns-TraceSearch' });
+  private _range = el('span', { class: 'ns-TraceRange' });
+  private _status = el('span', { class: 'ns-TraceStatus' });
+  private _labels = el('div', { class: 'ns-TraceLabels' });
+  private _canvas = el('canvas', { class: 'ns-TraceCanvas' });
+  private _overlay = el('canvas', { class: 'ns-TraceOverlay' });
+  private _tooltip = el('div', { class: 'ns-TraceTooltip' });
+  private _stage = el('div', { class: 'ns-TraceStage' });
+  private _results = el('div', { class: 'ns-TraceResults' });
+  private _details = el('div', { class: 'ns-TraceDetailsBox' });
+}
