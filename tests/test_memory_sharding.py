@@ -59,6 +59,38 @@ def test_a_storage_resized_to_zero_is_freed_and_resized_back_is_allocated_once()
     assert (tl[list(CATEGORIES)].sum(axis=1) == tl["total_bytes"]).all()
 
 
+def test_an_op_that_resizes_a_tensor_moves_its_count() -> None:
+    """resize_ and an out= argument that has to grow re-allocate the tensor's storage: the old bytes are freed
+    and the new ones counted once (views of it share the count); a tensor made empty and grown is counted."""
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+    torch.neuron.reset_peak_memory_stats()
+    with Capture(host_events=False) as cap:
+        x = torch.empty(10, device="neuron")
+        a = torch.ones(1000, device="neuron")
+        assert torch.neuron.memory_allocated() == base + 4040
+        torch.add(a, a, out=x)
+        assert torch.neuron.memory_allocated() == base + 8000
+        x.resize_(5000)
+        assert torch.neuron.memory_allocated() == base + 24000
+        view = x[:10]
+        x.resize_(6000)
+        del x
+        gc.collect()
+        assert torch.neuron.memory_allocated() == base + 28000  # the view keeps the grown storage
+        del view
+        e = torch.empty(0, device="neuron")
+        torch.add(a, a, out=e)
+        gc.collect()
+        assert torch.neuron.memory_allocated() == base + 8000
+        assert torch.equal(e.cpu(), torch.full((1000,), 2.0))
+        del e, a
+        gc.collect()
+        cap.step()
+    assert torch.neuron.memory_allocated() == base
+    assert cap.profile.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated() == base + 28000
+
+
 @pytest.fixture
 def one_rank_group(tmp_path: Path):  # noqa: ANN201
     import torch.distributed as dist

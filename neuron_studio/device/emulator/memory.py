@@ -165,6 +165,29 @@ class MemoryTracker:
         for log in self._logs:
             log.renewed[entry[2]] = log.renewed.get(old_id, old_id)
 
+    def follow(self, elem: torch.Tensor, index: int) -> None:
+        """`elem` (a neuron tensor's CPU data on device `index`) was just resized by an op (resize_, an out=
+        argument that had to grow): its storage may hold a new size at a new address. Move its count there
+        (the old bytes are freed, the new ones allocated), or start counting a storage that held nothing.
+        Runs only when an op changed a tensor's geometry."""
+        try:
+            st = elem.untyped_storage()
+        except RuntimeError:  # fake tensors while torch.compile traces
+            return
+        ptr = st.data_ptr()
+        if ptr == 0:
+            return
+        entry = self._storages.get((index, ptr))
+        if entry is not None:
+            if entry[1] != st.nbytes():  # re-sized where it was
+                self.resized(index, st, ptr)
+            return
+        for ref, entry in list(self._refs.values()):
+            if ref() is elem:
+                self.resized(index, st, entry[3][1] if entry[3] is not None else 0)
+                return
+        self.track(elem, elem, index)  # a storage that held nothing when the tensor was made
+
     def adopt(self, outputs: Any, index: int) -> None:
         """Count the host tensors a compiled graph returns (`outputs`, nested lists/tuples) as memory of device
         `index` while their storage lives. AOTAutograd runs a compiled graph on the CPU data of neuron tensors,

@@ -368,6 +368,7 @@ def _sync_metadata(w: NeuronTensor) -> None:
             if w.numel() < e.untyped_storage().nbytes() // max(e.element_size(), 1):
                 aten.resize_.default.redispatch(_CPU_KEYS, w, [e.untyped_storage().nbytes() // max(e.element_size(), 1)])
             aten.as_strided_.default.redispatch(_CPU_KEYS, w, e.shape, e.stride(), e.storage_offset())
+        _memory.follow(e, w._nidx)  # a resize may have moved or grown the storage
 
 
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
