@@ -321,6 +321,9 @@ class Profile:
             raise _wi.WhatIfError("this trace's ops were recorded without input shapes, so the NeuronCore model "
                                   "cannot re-model them; record with torch.profiler.profile(record_shapes=True)")
         measured = not self.modeled_figures
+        if self.summary.chip not in trainium_chips():
+            raise _wi.WhatIfError(f"the profiled chip is {self.summary.chip!r}, not one the model knows "
+                                  f"({', '.join(trainium_chips())}); load the profile with chip=... to compare")
         modes = tuple(modes) if modes is not None else ((self.summary.mode,) if measured else MODES)
         if measured and set(modes) - {self.summary.mode}:
             raise _wi.WhatIfError(

@@ -223,3 +223,22 @@ def test_measured_profile_rows_are_scaled_and_other_modes_refused(tmp_path):
     others = [m for m in ("eager", "adaptive", "compile") if m != prof.summary.mode]
     with pytest.raises(wi.WhatIfError, match="measured in"):
         prof.what_if(modes=others)
+
+
+def test_a_profile_of_an_unknown_chip_has_no_variants_and_says_why(tmp_path):
+    import dataclasses
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from make_explorer_fixtures import write_explorer_fixture
+
+    from neuron_studio.profiler.neuron_profile import load_neuron_profile
+
+    prof = load_neuron_profile(write_explorer_fixture(tmp_path / "x"))
+    prof.device_run = dataclasses.replace(prof.device_run,
+                                          summary=dataclasses.replace(prof.device_run.summary, chip="unknown"))
+    with pytest.raises(wi.WhatIfError, match="'unknown'"):
+        prof.what_if()
+    block = prof.to_summary()["what_if"]
+    assert block["rows"] == [] and "'unknown'" in block["note"]
