@@ -61,6 +61,7 @@ class MemoryRecorder:
         self._params: dict[int, Any] = {}
         self._hooks = None
         self._use_saved_hooks = saved_tensor_hooks
+        self._unrecorded: Any = None  # the emulator's context for ops that are not the program's (see _pack)
 
     @property
     def active(self) -> bool:
@@ -72,6 +73,9 @@ class MemoryRecorder:
             return
         self.log = self.tracker.open_log(self.registry.bus)
         if self._use_saved_hooks:
+            from neuron_studio.device.emulator.tensor import unrecorded
+
+            self._unrecorded = unrecorded
             self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
             self._hooks.__enter__()
 
@@ -108,10 +112,23 @@ class MemoryRecorder:
                 self.names[sid] = name
 
     def _pack(self, t: torch.Tensor) -> torch.Tensor:
+        """Note what autograd saves as an activation, and save it without its grad_fn.
+
+        An op's own output saved for its backward (rsqrt's result, attention's output and log-sum-exp) comes
+        here still carrying its grad_fn, which owns what this returns: returning `t` itself would make a cycle
+        through autograd's C++ graph that the garbage collector cannot see, so a graph never run backward (a
+        forward-only step, a step that failed, retain_graph=True) would keep every tensor it saved alive, on
+        the device's count, after the capture and the user's last reference are gone. A detached alias of the
+        same storage breaks the cycle; autograd puts the grad_fn back when it unpacks (what PyTorch's
+        saved_tensors_hooks documentation advises). It is made unrecorded: it is not an op of the program.
+        """
         sid = self.tracker.storage_id(t)
         if sid is not None and sid not in self.category:
             self.category[sid] = "activation"
-        return t
+        if t.grad_fn is None:  # inputs and leaves come detached already: no cycle through them
+            return t
+        with self._unrecorded():
+            return t.detach()
 
     def module_pre(self, module: torch.nn.Module, path: str, args: Any, outermost: bool) -> None:
         if self.tracker is None:

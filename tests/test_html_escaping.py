@@ -48,6 +48,7 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
         second = shell.run_cell(cell).result
     finally:
         session().use_store(None)
+        shell.reset(new_session=False)  # the shell outlives this module: leave no tensors on the device
     s = copy.deepcopy(second.summary_payload)
     assert s["compare"] and s["compare"]["ops"], "the second run of a cell is compared with the first"
     s["ranks_analysis"] = _ranks_summary({0: first, 1: second})

@@ -92,6 +92,44 @@ def test_captured_peak_is_the_allocators_peak_and_categories_add_up(name: str) -
     assert set(params["name"]) == {f"{type(model).__name__}.{n}" for n, _ in model.named_parameters()}
 
 
+def test_a_graph_never_run_backward_frees_its_saved_tensors_after_the_capture() -> None:
+    """A forward-only step (or one that fails before backward) under a capture: once the model, input and
+    output are gone, the device holds what it held before. (The capture's saved-tensors hook used to keep
+    each op's own saved output, rsqrt's or attention's, in a cycle through autograd's graph that gc cannot
+    see: every later peak in the process counted those bytes.) The detach that breaks the cycle is not an op
+    of the program: the trace has the same ops as without the capture's hook."""
+    gc.collect()
+    base = torch.neuron.memory_allocated()
+
+    def forward_only() -> list[str]:
+        model, loss_fn = _block()
+        with Capture(host_events=False) as cap:
+            loss = loss_fn(model)
+            cap.step()
+        assert loss.grad_fn is not None
+        seen = torch.neuron.memory_allocated()
+        assert seen > base
+        return cap.profile.trace.ops["name"].tolist()
+
+    names = forward_only()
+    gc.collect()
+    assert torch.neuron.memory_allocated() == base
+    assert "aten::detach" not in names
+    # and a step run backward after it still gets autograd's gradients (the saved outputs unpack with their
+    # grad_fn), the same as on the CPU
+    torch.manual_seed(0)
+    cpu = PreNormBlock(64, 4)
+    dev = PreNormBlock(64, 4).to("neuron")
+    dev.load_state_dict(cpu.state_dict())
+    x = torch.randn(BATCH, 32, 64)
+    with Capture(host_events=False) as cap:
+        dev(x.to("neuron")).pow(2).mean().backward()
+        cap.step()
+    cpu(x).pow(2).mean().backward()
+    for (name, p), q in zip(cpu.named_parameters(), dev.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, msg=name)
+
+
 def test_warmup_is_folded_into_the_live_set_at_the_first_profiled_step() -> None:
     model, loss_fn = _block()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)

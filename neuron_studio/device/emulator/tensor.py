@@ -32,7 +32,7 @@ from neuron_studio.device.emulator.op_event_fields import (
 from neuron_studio.device.emulator.op_kinds import COPY_OPS, DATA_DEPENDENT_OPS, INDEX_OPS
 from neuron_studio.device.emulator.storage import device_storage, host_storage
 
-__all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE"]
+__all__ = ["NeuronTensor", "wrap", "DEVICE_TYPE", "unrecorded"]
 
 DEVICE_TYPE = "neuron"
 _CPU = torch.device("cpu")
@@ -96,7 +96,7 @@ class NeuronTensor(torch.Tensor):
     def __repr__(self, *, tensor_contents=None) -> str:  # noqa: ANN001
         if type(self._elem) is not _Tensor or _tracing():  # traced (fake) data: describe, never compute
             return f"NeuronTensor(shape={tuple(self.shape)}, dtype={self.dtype}, device='{self.device}', traced)"
-        with _quiet():
+        with unrecorded():
             if tensor_contents is None:
                 tensor_contents = torch._tensor_str._tensor_str(self._elem.detach(), len("tensor("))
             text = torch._tensor_str._str(self, tensor_contents=tensor_contents)
@@ -557,8 +557,10 @@ def _record_marker(name: str, t: NeuronTensor, sync: str) -> None:
     )
 
 
-class _quiet:
-    """Suppress recording for internal ops (printing formats a tensor with dozens of ops)."""
+class unrecorded:
+    """Suppress recording for internal ops, which are not ops of the user's program: printing formats a tensor
+    with dozens of ops; the profiler's saved-tensor hook detaches what autograd saves. The ops still run and
+    their outputs are counted by the memory tracker as usual."""
 
     def __enter__(self) -> None:
         self.prev = getattr(_state, "quiet", False)
