@@ -101,6 +101,8 @@ class _ModuleTracker:
         return name
 
     def _mark(self, phase: str) -> None:
+        if self.memory is not None:
+            self.memory.settle()  # frees before this module boundary are recorded before it
         self.trans_autograd.append(_autograd_seq())
         self.trans_seq.append(self.bus.last_seq)
         self.trans_path.append(self.stack[-1] if self.stack else "")
@@ -265,6 +267,8 @@ class Capture:
 
     def step(self) -> None:
         """Mark the end of one step (like `torch.profiler.profile.step()`)."""
+        if self._memory is not None:
+            self._memory.settle()  # frees of this step land before its end mark (steps are split by time)
         self._step_seq.append(self.registry.bus.last_seq)
         self._step_ns.append(time.perf_counter_ns())
         self._step += 1
@@ -273,6 +277,8 @@ class Capture:
         """Stop recording and build the Trace (always: an error or interrupt keeps the partial run)."""
         if self.trace is not None:
             return self.trace
+        if self._memory is not None:
+            self._memory.settle()
         t_end = time.perf_counter_ns()
         host = None
         if self._prof is not None:

@@ -79,6 +79,11 @@ class MemoryRecorder:
             self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)
             self._hooks.__enter__()
 
+    def settle(self) -> None:
+        """Apply the frees the device has queued (it counts them lazily), so records up to now are complete."""
+        if self.tracker is not None:
+            self.tracker.drain()
+
     def stop(self) -> None:
         if self.tracker is None or self.log is None:
             return

@@ -10,6 +10,13 @@ parameter tensor itself stays alive. `resized` hears of it: a resize to 0 is a f
 still owned by its wrappers, and counts nothing), a resize back is a new allocation of the same storage
 (under its new data pointer, with a new allocation id, so nothing is counted twice).
 
+A dead tensor's weakref callback only queues its weakref (`deque.append`, a C call): no Python code runs
+inside it, so a Ctrl-C that arrives while the garbage collector frees tensors is delivered to the user's
+code instead of being swallowed as an "exception ignored" in a callback (which also left the count half
+updated). The queue is drained before anything reads or changes the count: each allocation, each op the
+device dispatches, every query (`device_memory`), opening and closing a log. Peaks are therefore exact
+(a free always lands before the next allocation) and a free keeps its place among the op sequence numbers.
+
 While a `MemoryLog` is open (the profiler opens one per capture), every allocation and free is also
 appended to it, in the order the tracker counts them, so a profile can replay exactly the figures
 `memory_allocated()` / `max_memory_allocated()` report. With no log open the hooks cost one attribute test.
@@ -19,6 +26,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +68,7 @@ class MemoryLog:
 
     def close(self) -> None:
         if not self.closed:
+            self._tracker.drain()  # frees that happened before closing belong to this log
             self.closed = True
             self._tracker._remove_log(self)
 
@@ -80,13 +89,29 @@ class MemoryTracker:
     _refs: dict = field(default_factory=dict)  # id(weakref to a wrapper's data) -> (the weakref, its entry)
     _logs: tuple = ()
     _next_id: int = 0
+    _dead: deque = field(default_factory=deque)  # weakrefs of dead tensors, not yet uncounted (see drain)
 
     @classmethod
     def for_devices(cls, n: int) -> "MemoryTracker":
         return cls(devices=[DeviceMemory() for _ in range(n)])
 
+    def drain(self) -> None:
+        """Uncount the storages whose last tensor died since the last drain (in the order they died)."""
+        dead = self._dead
+        while dead:
+            self._release(dead[0])  # interrupted before it ran, the free stays queued for the next drain
+            dead.popleft()
+
+    def device_memory(self, index: int) -> DeviceMemory:
+        """Device `index`'s counts, with every free so far applied."""
+        if self._dead:
+            self.drain()
+        return self.devices[index]
+
     def track(self, wrapper: torch.Tensor, elem: torch.Tensor, index: int) -> None:
         # Runs for every op output: kept lean (the GIL serialises the dict updates).
+        if self._dead:
+            self.drain()
         try:
             st = elem.untyped_storage()
             key = (index, st.data_ptr())
@@ -106,7 +131,7 @@ class MemoryTracker:
                 entry[0] += 1
         # weakref on the CPU data, not the wrapper: torch.utils.swap_tensors refuses tensors with weakrefs.
         # Keyed by the weakref's id: weakrefs compare by their referents, and tensors do not compare to a bool.
-        ref = weakref.ref(elem, self._release)
+        ref = weakref.ref(elem, self._dead.append)
         self._refs[id(ref)] = (ref, entry)
 
     def _allocate(self, entry: list, index: int, nbytes: int, elem: torch.Tensor | None) -> None:
@@ -147,6 +172,8 @@ class MemoryTracker:
     def resized(self, index: int, storage: torch.UntypedStorage, old_ptr: int) -> None:
         """`storage` (the CPU storage of neuron tensors on device `index`) was just resized in place; it had
         data pointer `old_ptr` before. Free, re-allocate or re-size its entry so the count follows."""
+        if self._dead:
+            self.drain()
         new_ptr, nbytes = storage.data_ptr(), storage.nbytes()
         pkey = (index, storage._cdata)
         entry = self._storages.pop((index, old_ptr), None) if old_ptr else self._parked.pop(pkey, None)
@@ -170,6 +197,8 @@ class MemoryTracker:
         argument that had to grow): its storage may hold a new size at a new address. Move its count there
         (the old bytes are freed, the new ones allocated), or start counting a storage that held nothing.
         Runs only when an op changed a tensor's geometry."""
+        if self._dead:
+            self.drain()
         try:
             st = elem.untyped_storage()
         except RuntimeError:  # fake tensors while torch.compile traces
@@ -194,6 +223,8 @@ class MemoryTracker:
         so the activations its forward graph saves for backward come back as plain host tensors that no
         wrapper owns (autograd then keeps other tensor objects on the same storage: the weakref is on the
         storage). Outputs that are, or alias, storages already counted are counted once."""
+        if self._dead:
+            self.drain()
         if isinstance(outputs, (list, tuple)):
             for o in outputs:
                 self.adopt(o, index)
@@ -210,16 +241,18 @@ class MemoryTracker:
             self._allocate(entry, index, st.nbytes(), outputs)
         else:
             entry[0] += 1
-        ref = weakref.ref(st, self._release)
+        ref = weakref.ref(st, self._dead.append)
         self._refs[id(ref)] = (ref, entry)
 
     def reset_peak(self, index: int) -> None:
-        d = self.devices[index]
+        d = self.device_memory(index)
         d.peak = d.allocated
 
     # -- what the profiler reads ------------------------------------------------------------------
     def open_log(self, seq_source: Any) -> MemoryLog:
         """Start recording allocations and frees; the log's baseline is every storage live right now."""
+        if self._dead:
+            self.drain()
         log = MemoryLog(self, seq_source)
         log.baseline = [(e[2], k[0], e[1]) for k, e in list(self._storages.items())]
         self._logs = self._logs + (log,)
@@ -232,6 +265,8 @@ class MemoryTracker:
         """The allocation id of the storage behind neuron tensor `t` (None: not a tracked neuron tensor). A
         DTensor (FSDP2's sharded parameters, gradients and optimizer state) answers for its local shard, a
         host tensor a compiled graph returned (`adopt`) for itself."""
+        if self._dead:
+            self.drain()
         elem = getattr(t, "_elem", None)
         index = getattr(t, "_nidx", None)
         if elem is None or index is None:

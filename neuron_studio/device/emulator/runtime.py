@@ -141,11 +141,11 @@ def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
 
 # -- memory ----------------------------------------------------------------------------------------
 def memory_allocated(device: Any = None) -> int:
-    return _reg().memory.devices[_index(device)].allocated
+    return _reg().memory.device_memory(_index(device)).allocated
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return _reg().memory.devices[_index(device)].peak
+    return _reg().memory.device_memory(_index(device)).peak
 
 
 memory_reserved = memory_allocated
@@ -157,7 +157,7 @@ def reset_peak_memory_stats(device: Any = None) -> None:
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    d = _reg().memory.devices[_index(device)]
+    d = _reg().memory.device_memory(_index(device))
     return {
         "allocated_bytes.all.current": d.allocated,
         "allocated_bytes.all.peak": d.peak,

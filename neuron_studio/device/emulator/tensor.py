@@ -372,6 +372,8 @@ def _sync_metadata(w: NeuronTensor) -> None:
 
 
 def _dispatch(func, args, kwargs):  # noqa: ANN001, ANN202
+    if _memory._dead:  # frees since the last op are counted (and logged) before this op's
+        _memory.drain()
     uargs, kw, target, traced = _prepare(func, args, kwargs)
     if traced:
         return _dispatch_traced(func, args, kwargs, uargs, kw, target, traced)
