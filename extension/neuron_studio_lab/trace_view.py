@@ -24,7 +24,7 @@ DETAIL_COLUMNS = ("seq", "name", "core", "engine", "start_ns", "end_ns", "flops"
                   "bound", "module", "source", "thread", "step", "launch_ns", "input_shapes", "output_shapes")
 MAX_SEARCH_RESULTS = 200
 #: The width a request that names none is drawn at (a panel's usual width).
-DEFAULT_WIDTH_PX = 1200
+DEFAULT_WIDTH_PX = 1000
 CACHE_KIND = "trace_lanes"
 
 

@@ -201,9 +201,9 @@ class MemoryTracker:
             self.drain()
         try:
             st = elem.untyped_storage()
-        except RuntimeError:  # fake tensors while torch.compile traces
+            ptr = st.data_ptr()
+        except RuntimeError:  # fake/functional tensors while torch.compile traces: no memory to follow
             return
-        ptr = st.data_ptr()
         if ptr == 0:
             return
         entry = self._storages.get((index, ptr))
