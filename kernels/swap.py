@@ -206,8 +206,21 @@ def use(model: torch.nn.Module, kernel: Any, *, include: Callable[[str, torch.nn
     for path, module in model.named_modules():
         if not match(module) or (include is not None and not include(path, module)):
             continue
-        handle._saved.append((module, module.__dict__.get("forward")))
-        module.forward = types.MethodType(lambda self, x, _f=make(module): _f(x), module)
+        current = module.__dict__.get("forward")
+        swapped = getattr(getattr(current, "__func__", None), "_neuron_swap", None)
+        if swapped is not None and swapped[0] == key:
+            # already this kernel (a cell that swaps in its body runs use() every step): left as it is; this
+            # handle's restore() still puts the forward from before the first swap back
+            handle._saved.append((module, swapped[1]))
+            handle.modules.append(path or type(module).__name__)
+            continue
+
+        def forward(self: torch.nn.Module, x: torch.Tensor, _f: Callable[..., Any] = make(module)) -> Any:
+            return _f(x)
+
+        forward._neuron_swap = (key, current)  # type: ignore[attr-defined]
+        handle._saved.append((module, current))
+        module.forward = types.MethodType(forward, module)
         handle.modules.append(path or type(module).__name__)
     if not handle.modules:
         raise SwapError(f"no module in {type(model).__name__} matches kernel {key!r}")

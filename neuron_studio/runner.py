@@ -217,6 +217,7 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     status = cap.status if cap.trace is not None else "error"
     if cap.trace is not None:
         cap.trace.ops["source"] = _cell_sources(shell, cap.trace.ops["source"])
+        cap.trace.meta["cell"] = _origin(shell, spec, notebook)
     warnings: list[str] = list(settings.notes)
     if spec.mode == "compile":
         after = graph_break_counts()
@@ -247,6 +248,16 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
               "Move tensors and models with .to('neuron').")
         return None
     return prof
+
+
+def _origin(shell: Any, spec: CellRun, notebook: str | None) -> dict[str, Any]:
+    """The cell this run came from, for the what-if advisor's variant cells (`cell_origin`)."""
+    from neuron_studio.cell_origin import cell_origin
+
+    _, cell_id = _notebook_and_cell(shell)
+    body = shell.transform_cell(spec.source) if shell is not None else spec.source
+    return cell_origin(options_line=spec.options_line, body=spec.source, transformed_body=body, notebook=notebook,
+                       cell_id=cell_id, namespace=shell.user_ns if shell is not None else {})
 
 
 def _begin_cell_run(shell: Any, spec: CellRun, chip: str, backend: str) -> tuple[Any, int, str | None, str, Any]:
@@ -285,6 +296,7 @@ def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) 
         print(f"%%neuron: profile captured in {run.run_dir}; {e}")
         return run
     prof.run_id = run_id
+    prof.trace.meta["cell"] = _origin(shell, spec, notebook)
     summary = prof.to_summary(run_id=run_id, name=spec.name, cell_key=cell_key, notebook=notebook, status="ok",
                               compare=_compare_block(store, run_id, spec.compare, prof),
                               warnings=list(settings.notes) + list(run.notes))

@@ -61,10 +61,19 @@ def what_if_block(prof: Any) -> dict[str, Any]:
                      "step_time_ns": _num(r.step_time_ns), "step_time_low_ns": _num(r.step_time_low_ns),
                      "step_time_high_ns": _num(r.step_time_high_ns), "speedup": _num(r.speedup), "mfu": _num(r.mfu),
                      "cost_per_1000_steps_usd": _num(r.cost_per_1000_steps_usd), "current": bool(r.current),
-                     "basis": r.basis, "run": r.run})
+                     "basis": r.basis, "run": r.run, "cell": r.cell})
     # the change to make in the code (mode, kernel) on the chip profiled; other chips are for comparison
     chip = next((r["chip"] for r in rows if r["current"]), None)
     others = [r for r in rows if not r["current"] and r["step_time_ns"] and r["chip"] == chip]
     best = min(others, key=lambda r: r["step_time_ns"], default=None)
     return {"rows": rows, "best": None if best is None else best["variant"],
-            "modeled": bool(prof.modeled_figures), "note": None}
+            "modeled": bool(prof.modeled_figures), "note": None, "cell": _profiled_cell(prof)}
+
+
+def _profiled_cell(prof: Any) -> dict[str, Any] | None:
+    """The notebook cell the profile ran from (where the extension inserts a row's cell below), or None when it
+    did not run from a `%%neuron` cell (CLI, imported trace, the Python API)."""
+    cell = prof.trace.meta.get("cell")
+    if not isinstance(cell, dict) or not isinstance(cell.get("source"), str):
+        return None
+    return {"source": cell["source"], "id": cell.get("id"), "notebook": cell.get("notebook")}

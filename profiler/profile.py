@@ -311,7 +311,8 @@ class Profile:
         """The recorded ops re-modeled, without rerunning: each mode (eager / adaptive / compile) on each chip
         (trn1 / trn2 / trn3), and each NKI kernel the hot path suggests swapped in (`kernels=False` for none, or
         kernel names). Per step: modeled step time with its low/high range under the unmeasured assumptions,
-        MFU, cost per 1,000 steps, the `%%neuron` line (or kernel swap) that runs the variant for real, and
+        MFU, cost per 1,000 steps, the `%%neuron` line (or kernel swap) that runs the variant for real, `cell`:
+        for a profile of a `%%neuron` cell, the whole cell that runs it (the profiled cell with that change), and
         `basis`: how well the re-modeling is known (exact under the model, or approximate and why). The row
         with `current` True is this profile's own figures."""
         from neuron_studio.hardware import trainium_chips
@@ -351,7 +352,8 @@ class Profile:
             model = _wi.scaled_to(own, self._remodel(self.trace.ops, s.mode, s.chip), self._remodel)
         return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
                                  trace_ops=self.trace.ops, model=model, kernel_savings=saves, steps=n,
-                                 warmup=self.trace.meta.get("warmup"), measured=measured)
+                                 warmup=self.trace.meta.get("warmup"), measured=measured,
+                                 cell=self.trace.meta.get("cell"), run_id=self.run_id)
 
     def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
         """Per-step figures of `ops` modeled in `mode` on `chip` (the model's public entry point)."""

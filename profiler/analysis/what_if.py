@@ -21,6 +21,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.analysis import variant_cell as _vc
+
 __all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings", "write_backs",
            "COLUMNS", "REMODEL_MAX_OPS", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
@@ -38,7 +40,7 @@ APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kern
                  "subtracted from this profile's step")
 
 COLUMNS = ["variant", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns", "speedup",
-           "mfu", "cost_per_1000_steps_usd", "current", "basis", "run"]
+           "mfu", "cost_per_1000_steps_usd", "current", "basis", "run", "cell"]
 
 
 #: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request):
@@ -222,36 +224,58 @@ def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None 
 
 
 def _row(v: Variant, *, variant: str, kernel: str | None, current_ns: float, current: bool, basis: str,
-         run: str | None) -> dict[str, Any]:
+         run: str | None, cell: str | None = None) -> dict[str, Any]:
     return {"variant": variant, "mode": v.mode, "chip": v.chip, "kernel": kernel, "step_time_ns": v.step_time_ns,
             "step_time_low_ns": v.low_ns, "step_time_high_ns": v.high_ns,
             "speedup": current_ns / v.step_time_ns if v.step_time_ns > 0 else float("nan"),
             "mfu": v.mfu, "cost_per_1000_steps_usd": v.cost_per_1000_steps_usd, "current": current, "basis": basis,
-            "run": run}
+            "run": run, "cell": cell}
+
+
+def _variant(cell: dict | None, run: str | None, run_id: Any) -> tuple[str | None, str | None]:
+    """(the row's line, the new cell that runs it) given the profiled cell (`meta["cell"]`: its source and, per
+    swappable kernel, the model variable to swap into); without a cell, the line alone."""
+    if not run or not cell or not isinstance(cell.get("source"), str):
+        return run, None
+    kernel = _vc.kernel_lines(run)
+    if kernel is not None:
+        var = (cell.get("swap_targets") or {}).get(kernel[0].removesuffix("_kernel"))
+        if not var:   # which of the cell's models holds the modules is not known: the snippet, no cell
+            return run, None
+        return f'kernels.use({var}, "{kernel[0]}")  # from neuron_studio import kernels', _vc.variant_cell(cell["source"], run, compare=run_id,
+                                                                      model_var=var)
+    new = _vc.variant_cell(cell["source"], run, compare=run_id)
+    return new.split("\n", 1)[0], new
 
 
 def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], recorded_mode: str,
                   trace_ops: pd.DataFrame, model: Callable[[pd.DataFrame, str, str], Variant],
                   kernel_savings: Sequence[dict] = (), steps: int | None = None, warmup: int | None = None,
-                  measured: bool = False) -> pd.DataFrame:
+                  measured: bool = False, cell: dict | None = None, run_id: Any = None) -> pd.DataFrame:
     """One row per (mode, chip) plus one per kernel saving; `own` is the profile's own figures (its row).
 
     `model(ops, mode, chip)` re-models ops; `kernel_savings` are dicts with kernel, op, saving_ns (per step)
-    and run (the swap snippet, or None)."""
+    and run (the swap snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each
+    row's `run` the profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which
+    diffs against run `run_id`."""
     rows = []
     for mode in modes:
         for chip in chips:
             if mode == own.mode and chip == own.chip:
+                own_line = run_line(mode, chip, steps, warmup)
+                if cell and isinstance(cell.get("source"), str):
+                    opts, _ = _vc.split_cell(cell["source"])
+                    own_line = f"{_vc.MAGIC} {opts}".rstrip() if opts is not None else own_line
                 rows.append(_row(own, variant="this profile", kernel=None, current_ns=own.step_time_ns,
-                                 current=True, basis=MEASURED if measured else PROFILE,
-                                 run=run_line(mode, chip, steps, warmup)))
+                                 current=True, basis=MEASURED if measured else PROFILE, run=own_line))
                 continue
             ops, basis = ops_for_mode(trace_ops, recorded_mode, mode)
             basis = SCALED if measured else basis
             v = model(ops, mode, chip)
             name = f"{mode} on {chip}"
+            line, new = _variant(cell, run_line(mode, chip, steps, warmup), run_id)
             rows.append(_row(v, variant=name, kernel=None, current_ns=own.step_time_ns, current=False, basis=basis,
-                             run=run_line(mode, chip, steps, warmup)))
+                             run=line, cell=new))
     for k in kernel_savings:
         saving = float(k["saving_ns"])
         new = max(own.step_time_ns - saving, 0.0)
@@ -260,6 +284,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
                     None if own.low_ns is None else max(own.low_ns - saving, 0.0),
                     None if own.high_ns is None else max(own.high_ns - saving, 0.0),
                     own.mfu / scale if scale > 0 else float("nan"), own.cost_per_1000_steps_usd * scale)
+        line, new = _variant(cell, k.get("run"), run_id)
         rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kernel=str(k["kernel"]),
-                         current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=k.get("run")))
+                         current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=line, cell=new))
     return pd.DataFrame(rows, columns=COLUMNS)
