@@ -183,3 +183,20 @@ def test_every_row_cell_runs_its_mode_chip_and_kernel(ip):
                      "for _m in net.modules():\n    _m.__dict__.pop('forward', None)\n")   # unswap for the next row
         else:
             assert not any(n.startswith("neuron_studio::") for n in names), r.variant
+
+
+def test_inline_html_shows_each_rows_line_and_cell_escaped_and_names_the_extension(ip):
+    """Without the extension the output cannot run code: each row's line (and whole cell) is shown, selectable,
+    escaped, and the output says the JupyterLab extension adds the one-click buttons."""
+    from neuron_studio.ui.html import render_html
+
+    assert _run(ip, MLP_SETUP) is None
+    prof = _run(ip, "%%neuron --name lt\ny = model(x)\nneg = (y < 0).float().sum()")
+    s = prof.summary_payload
+    h = render_html(s)
+    assert "(y < 0)" not in h and "(y &lt; 0)" in h
+    adaptive = next(r for r in s["what_if"]["rows"] if (r["mode"], r["chip"]) == ("adaptive", "trn2"))
+    assert f"<code class='runline' style='white-space:nowrap;user-select:all'>{adaptive['run']}</code>" in h
+    assert adaptive["run"] == f"%%neuron --name lt-adaptive-trn2 --mode adaptive --chip trn2 --compare {prof.run_id}"
+    assert "the Neuron Studio extension adds “Insert &amp; run” buttons" in h
+    assert h.count("<details class='runcell'>") == sum(1 for r in s["what_if"]["rows"] if not r["current"])

@@ -1,10 +1,13 @@
 /**
  * The What if tab: the recorded ops re-modeled in each mode, on each chip and with each suggested NKI kernel
- * (predicted step time with its range, speedup, MFU, cost per 1,000 steps, how well it is known) and the
- * one line that runs a variant for real, with a button copying it. Lays out the summary's `what_if` block.
+ * (predicted step time with its range, speedup, MFU, cost per 1,000 steps, how well it is known) and, per row, the
+ * line that runs it for real with Copy, and (in JupyterLab, for a profile of a notebook `%%neuron` cell) "Insert &
+ * run" / "Insert": a new cell below the profiled cell holding it with the row's change, selected, run or not. The
+ * profiled cell itself is never changed. Lays out the summary's `what_if` block.
  */
+import type { IProfileViewActions } from './mime';
 import { el, fmtNs, fmtPct, fmtUsd, isNum, table } from './dom';
-import { IProfilePayload, IWhatIfRow } from './tokens';
+import { IProfilePayload, IProfiledCell, IWhatIfRow } from './tokens';
 
 function copyButton(line: string): HTMLElement {
   const button = el('button', { class: 'jp-mod-styled ns-CopyRun', text: 'Copy', attrs: { type: 'button', title: 'Copy this line' } });
@@ -21,11 +24,63 @@ function copyButton(line: string): HTMLElement {
   return button;
 }
 
-function runCell(r: IWhatIfRow): HTMLElement | string {
+/** Why a row has no Insert buttons (the line and Copy stay). */
+function noInsertReason(r: IWhatIfRow, profiled: IProfiledCell | null | undefined): string {
+  if (!profiled) {
+    return 'Insert needs a profile of a %%neuron cell in a notebook (this one came from the CLI, an imported trace or the Python API): copy the line';
+  }
+  return r.kernel
+    ? 'which of the cell\'s models to swap the kernel into is not known: copy the line and put your model in it'
+    : 'no variant cell for this row: copy the line';
+}
+
+/** "Insert & run" and "Insert": each asks the notebook for a new cell below the profiled one; a failure says why. */
+function insertButtons(
+  r: IWhatIfRow,
+  profiled: IProfiledCell,
+  insert: NonNullable<IProfileViewActions['insertVariant']>
+): HTMLElement {
+  const status = el('span', { class: 'ns-InsertStatus ns-Muted', attrs: { role: 'status' } });
+  const make = (label: string, run: boolean, title: string) => {
+    const b = el('button', {
+      class: `jp-mod-styled ns-InsertRun${run ? ' ns-mod-run' : ''}`,
+      text: label,
+      attrs: { type: 'button', title, 'data-run': String(run) }
+    }) as HTMLButtonElement;
+    b.addEventListener('click', event => {
+      event.stopPropagation();
+      buttons.forEach(x => (x.disabled = true));
+      status.textContent = run ? 'Running…' : '';
+      status.classList.remove('ns-mod-error');
+      void insert({ source: r.cell!, profiled, run }, b).then(why => {
+        buttons.forEach(x => (x.disabled = false));
+        status.textContent = why ?? (run ? 'Inserted below the profiled cell and run' : 'Inserted below the profiled cell');
+        status.classList.toggle('ns-mod-error', why !== null);
+      });
+    });
+    return b;
+  };
+  const buttons = [
+    make('Insert & run', true, 'Insert this variant as a new cell below the profiled cell and run it, to compare the prediction with the run'),
+    make('Insert', false, 'Insert this variant as a new cell below the profiled cell (not run)')
+  ];
+  return el('span', { class: 'ns-InsertButtons' }, ...buttons, status);
+}
+
+function runCell(r: IWhatIfRow, profiled: IProfiledCell | null | undefined, actions: IProfileViewActions): HTMLElement | string {
   if (!r.run) {
     return '—';
   }
-  return el('span', { class: 'ns-RunLine' }, el('code', { text: r.run }), ' ', copyButton(r.run));
+  const line = el('span', { class: 'ns-RunLine' }, el('code', { text: r.run, title: r.cell ?? r.run }), ' ', copyButton(r.run));
+  if (r.current || !actions.insertVariant) {
+    return line;
+  }
+  if (!profiled || !r.cell) {
+    line.appendChild(el('span', { class: 'ns-Muted ns-NoInsert', text: ' ⓘ', title: noInsertReason(r, profiled) }));
+    return line;
+  }
+  line.appendChild(insertButtons(r, profiled, actions.insertVariant));
+  return line;
 }
 
 /** A short label of how a row is known; the full reason is its title and a note under the table. */
@@ -40,7 +95,7 @@ function basisLabel(basis: string): string {
 }
 
 /** The What if page, or null when the summary has no advisor block. */
-export function whatIfSection(p: IProfilePayload): HTMLElement | null {
+export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions = {}): HTMLElement | null {
   const w = p.what_if;
   if (!w) {
     return null;
@@ -62,7 +117,7 @@ export function whatIfSection(p: IProfilePayload): HTMLElement | null {
       isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—',
       fmtPct(r.mfu),
       fmtUsd(r.cost_per_1000_steps_usd),
-      runCell(r),
+      runCell(r, w.cell, actions),
       el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })
     ]),
     'ns-WhatIfTable'
@@ -71,6 +126,8 @@ export function whatIfSection(p: IProfilePayload): HTMLElement | null {
     const r = rows[i];
     tr.setAttribute('data-current', String(r.current));
     tr.setAttribute('data-step-ns', String(r.step_time_ns));
+    tr.setAttribute('data-low-ns', String(r.step_time_low_ns ?? ''));
+    tr.setAttribute('data-high-ns', String(r.step_time_high_ns ?? ''));
     tr.setAttribute('data-variant', r.variant);
     tr.classList.toggle('ns-mod-current', r.current);
     tr.classList.toggle('ns-mod-best', r.variant === w.best);
@@ -84,7 +141,11 @@ export function whatIfSection(p: IProfilePayload): HTMLElement | null {
     el('div', {
       class: 'ns-Muted',
       text: "Each row but this profile's own re-models the recorded ops with the NeuronCore model; nothing was rerun. " +
-        "The range is the step time with the model's unmeasured assumptions at their low and high values."
+        "The range is the step time with the model's unmeasured assumptions at their low and high values." +
+        (actions.insertVariant && w.cell
+          ? ' "Insert & run" adds the row\'s cell below the profiled cell and runs it (the new run diffs against this one); ' +
+            '"Insert" only adds it. The profiled cell is not changed.'
+          : '')
     })
   );
 }

@@ -17,6 +17,7 @@ import { Widget } from '@lumino/widgets';
 
 import { createRendererFactory, el, IProfileViewActions, parseSource } from './mime';
 import { latestProfile, resolveSourceCell, revealCellLine } from './sources';
+import { findProfiledCell, insertBelow, samePath } from './variants';
 import { ProfilerPanel } from './panel';
 import { requestAPI } from './request';
 import { NeuronStatusItem } from './status';
@@ -25,6 +26,7 @@ import {
   IKernelRef,
   IKernelSourceResponse,
   INeuronStatusModel,
+  IVariantRequest,
   NeuronStatusModel
 } from './tokens';
 
@@ -43,6 +45,28 @@ function viewActions(app: JupyterFrontEnd): IProfileViewActions {
     openKernel: (kernel: IKernelRef) =>
       run(app, CommandIDs.openKernel, { file: kernel.file ?? '', line: kernel.line ?? 1 }),
     openProfiler: (runId: number | null) => run(app, CommandIDs.openProfiler, runId === null ? {} : { runId }),
+    insertVariant: (request: IVariantRequest, origin: HTMLElement | null, notebookPath?: string | null) => {
+      const panelId = origin?.closest('.jp-NotebookPanel')?.id;
+      const cellNode = origin?.closest('.jp-Cell');
+      if (cellNode && !cellNode.id) {
+        cellNode.id = `ns-cell-${Math.random().toString(36).slice(2)}`;
+      }
+      return app.commands
+        .execute(CommandIDs.insertVariant, {
+          source: request.source,
+          profiledSource: request.profiled.source,
+          ...(request.profiled.id ? { cellId: request.profiled.id } : {}),
+          ...(request.profiled.notebook ? { path: request.profiled.notebook } : {}),
+          ...(notebookPath ? { panelPath: notebookPath } : {}),
+          ...(panelId ? { panelId } : {}),
+          ...(cellNode?.id ? { ownCellId: cellNode.id } : {}),
+          run: request.run
+        })
+        .then(
+          () => null,
+          error => String((error as Error)?.message ?? error)
+        );
+    },
     notebookPathOf: (node: HTMLElement) => {
       const id = node.closest('.jp-NotebookPanel')?.id;
       for (const widget of id ? app.shell.widgets('main') : []) {
@@ -213,6 +237,60 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
         throw new Error(
           `In [${parsed.count}] is not in ${candidates[0]?.context.path ?? 'an open notebook'} (re-run the notebook?)`
         );
+      }
+    });
+
+    app.commands.addCommand(CommandIDs.insertVariant, {
+      label: 'Insert What-if Variant Cell',
+      caption: 'Insert a what-if row\'s cell below the profiled cell (never changing it), and optionally run it',
+      describedBy: {
+        args: {
+          type: 'object',
+          properties: {
+            source: { type: 'string' },
+            profiledSource: { type: 'string' },
+            cellId: { type: 'string' },
+            path: { type: 'string' },
+            panelPath: { type: 'string' },
+            panelId: { type: 'string' },
+            ownCellId: { type: 'string' },
+            run: { type: 'boolean' }
+          },
+          required: ['source', 'profiledSource']
+        }
+      },
+      execute: async args => {
+        const source = String(args.source ?? '');
+        const profiled = {
+          source: String(args.profiledSource ?? ''),
+          id: typeof args.cellId === 'string' ? args.cellId : null
+        };
+        if (!source || !profiled.source) {
+          throw new Error('no variant cell to insert');
+        }
+        if (!notebooks) {
+          throw new Error('no notebook tracker: copy the line instead');
+        }
+        // the notebook holding the clicked output, else the run's notebook (the panel's, or the kernel's path)
+        const byId = typeof args.panelId === 'string' ? notebooks.find(p => p.id === args.panelId) : undefined;
+        const paths = [args.panelPath, args.path].filter((x): x is string => typeof x === 'string' && !!x);
+        const byPath = notebooks.find(p => paths.some(path => samePath(p.context.path, path)));
+        const panel = [byId, byPath].find((p): p is NotebookPanel => !!p && !p.isDisposed);
+        if (!panel) {
+          throw new Error(
+            paths.length
+              ? `${paths[0]} is not open: open it to insert the variant, or copy the line`
+              : 'this profile does not say which notebook it ran in: copy the line instead'
+          );
+        }
+        await panel.context.ready;
+        const own = typeof args.ownCellId === 'string' ? document.getElementById(args.ownCellId) : null;
+        const found = findProfiledCell(panel, profiled, own);
+        if ('why' in found) {
+          throw new Error(found.why);
+        }
+        app.shell.activateById(panel.id);
+        return insertBelow(panel, found.cell, source, args.run === true);
       }
     });
 

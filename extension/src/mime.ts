@@ -13,6 +13,7 @@ import {
   IOpRow,
   IProfilePayload,
   ISyncPoint,
+  IVariantRequest,
   PROFILE_MIME,
   SourceRef
 } from './tokens';
@@ -64,6 +65,11 @@ export interface IProfileViewActions {
     notebookPath?: string | null,
     cellSource?: string | null
   ) => void;
+  /**
+   * Insert a what-if row's cell below the profiled cell (`neuron-studio:insert-variant`), and run it if asked;
+   * resolves to null when done, else to why not. `notebookPath`: the run's notebook when the view is not in one.
+   */
+  insertVariant?: (request: IVariantRequest, origin: HTMLElement | null, notebookPath?: string | null) => Promise<string | null>;
   /** The path of the notebook an output element belongs to (the trace viewer asks the server for its run). */
   notebookPathOf?: (node: HTMLElement) => string | null;
 }
@@ -563,7 +569,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   } else if (timeline) {
     pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
   }
-  const whatIf = whatIfSection(p);
+  const whatIf = whatIfSection(p, actions);
   if (whatIf) {
     pages.push(['What if', whatIf]);
   }

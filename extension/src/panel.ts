@@ -112,7 +112,10 @@ export class ProfilerPanel extends Widget {
     const actions = this._opts.actions;
     return {
       ...actions,
-      openSource: (source, origin) => actions.openSource?.(source, origin, this._path, this._cellSource)
+      openSource: (source, origin) => actions.openSource?.(source, origin, this._path, this._cellSource),
+      insertVariant: actions.insertVariant
+        ? (request, origin) => actions.insertVariant!(request, origin, this._path)
+        : undefined
     };
   }
 

@@ -11,6 +11,7 @@ export namespace CommandIDs {
   export const openKernel = 'neuron-studio:open-kernel';
   export const openProfiler = 'neuron-studio:open-profiler';
   export const openSource = 'neuron-studio:open-source';
+  export const insertVariant = 'neuron-studio:insert-variant';
 }
 
 export type Engine = 'tensor' | 'vector' | 'scalar' | 'gpsimd' | 'dma';
@@ -232,6 +233,27 @@ export interface IWhatIfRow {
   current: boolean;
   basis: string;
   run: string | null;
+  /** The whole cell that runs this row: the profiled cell with the row's change (profiler/analysis/variant_cell.py). */
+  cell?: string | null;
+}
+
+/** The notebook cell a profile ran from (the advisor inserts a row's cell below it). */
+export interface IProfiledCell {
+  /** The cell as it ran: its `%%neuron` line and body. */
+  source: string;
+  /** The notebook cell's id (JupyterLab sends it with each execution), if the kernel knew it. */
+  id?: string | null;
+  /** The notebook's path as the kernel knew it. */
+  notebook?: string | null;
+}
+
+/** What the Insert buttons of an advisor row ask for. */
+export interface IVariantRequest {
+  /** The new cell's source. */
+  source: string;
+  profiled: IProfiledCell;
+  /** Run the new cell after inserting it. */
+  run: boolean;
 }
 
 /** The summary's `what_if` block: rows, the best variant on the profiled chip, or why there are none. */
@@ -240,6 +262,8 @@ export interface IWhatIfBlock {
   best?: string | null;
   modeled?: boolean;
   note?: string | null;
+  /** The cell the profile ran from; null: not a notebook `%%neuron` cell (CLI run, imported trace, Python API). */
+  cell?: IProfiledCell | null;
 }
 
 /** The file, rank and device an imported trace names. */

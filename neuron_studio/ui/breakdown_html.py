@@ -99,4 +99,5 @@ def what_if_view(s: dict) -> dict[str, Any]:
         note = f"{r['basis_label']}: {basis}"
         if not r.get("current") and note not in reasons:
             reasons.append(note)
-    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons}
+    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons,
+            "has_cells": any(r.get("cell") and not r.get("current") for r in rows)}
