@@ -62,7 +62,7 @@ def _seed(root: Path, n_ops: int) -> int:
     return rid
 
 
-def _start_lab(root: Path, port: int, token: str, home: Path) -> subprocess.Popen:
+def _start_lab(root: Path, port: int, token: str, home: Path, log: Path) -> subprocess.Popen:
     env = {**os.environ, "HOME": str(home), "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "extension"), os.environ.get("PYTHONPATH", "")])}
@@ -70,31 +70,77 @@ def _start_lab(root: Path, port: int, token: str, home: Path) -> subprocess.Pope
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--allow-root", "--ip=127.0.0.1",
            f"--port={port}", f"--ServerApp.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
            "--LabApp.expose_app_in_browser=True"]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # the server's log goes to a file: a pipe nobody reads fills up and blocks the server
+    with open(log, "w") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
-def _wait(base: str, token: str, proc: subprocess.Popen, timeout: float = 180.0) -> None:
+def _log_tail(log: Path, chars: int = 3000) -> str:
+    return log.read_text(errors="replace")[-chars:] if log.is_file() else "(no log)"
+
+
+def _wait(base: str, token: str, proc: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited: {proc.stderr.read()[-2000:]}")  # type: ignore[union-attr]
+            raise BenchError(f"jupyter lab exited with {proc.returncode} before answering; its log:\n{_log_tail(log)}")
         try:
             urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
             return
         except OSError:
             time.sleep(0.5)
-    raise RuntimeError("jupyter lab did not answer in time")
+    raise BenchError(f"jupyter lab did not answer {base}/api/status within {timeout:.0f} s; its log:\n{_log_tail(log)}")
 
 
-OPEN_RUN = """async ([rid]) => {
+class BenchError(RuntimeError):
+    """A wait that timed out or a page that failed: what was waited for and what the page showed."""
+
+
+def _installed_labextension() -> str:
+    """Where this venv's labextension is and whether its bundle has the trace viewer (a stale install has not)."""
+    from jupyter_core.paths import jupyter_path
+
+    for base in jupyter_path("labextensions"):
+        static = Path(base) / "neuron-studio-lab" / "static"
+        if static.is_dir():
+            has_viewer = any("ns-TraceViewer" in f.read_text(errors="replace") for f in static.glob("*.js"))
+            built = time.strftime("%Y-%m-%d %H:%M", time.localtime(static.stat().st_mtime))
+            return (f"installed labextension {static.parent} (built {built}) "
+                    f"{'has' if has_viewer else 'has NO'} trace viewer in its bundle")
+    return "no neuron-studio-lab labextension is installed in this environment"
+
+
+#: Wraps a page script so that it rejects after `timeoutMs` naming what it waited for.
+WITH_TIMEOUT = """async ([script, args, what, timeoutMs]) => {
+  const fn = eval(script);
+  let timer;
+  const limit = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error('TIMEOUT ' + what)), timeoutMs); });
+  try { return await Promise.race([fn(args), limit]); } finally { clearTimeout(timer); }
+}"""
+
+
+OPEN_RUN = """async ([rid, timeoutMs]) => {
   document.querySelectorAll('.ns-PanelTrace').forEach(n => n.remove());
   const t0 = performance.now();
   const viewer = () => document.querySelector('.ns-PanelTrace .ns-TraceViewer');
+  const text = sel => { const n = document.querySelector(sel); return n ? n.textContent.trim().slice(0, 300) : null; };
   let created = null;
   const opened = window.jupyterapp.commands.execute('neuron-studio:open-profiler', {path: 'bench.ipynb', runId: rid});
+  let failed = null;
+  opened.catch(e => { failed = String(e); });
   while (!(viewer() && viewer().getAttribute('data-view-end') &&
            /boxes/.test(viewer().querySelector('.ns-TraceStatus').textContent))) {
     if (created === null && viewer()) { created = performance.now(); }
+    if (failed !== null || performance.now() - t0 > timeoutMs) {
+      const state = {
+        waited_ms: Math.round(performance.now() - t0), open_profiler_failed: failed,
+        panel: !!document.querySelector('.ns-ProfilerPanel'), viewer: !!viewer(),
+        detail_header: text('.ns-ProfilerPanel .ns-DetailHeader'), status: text('.ns-PanelTrace .ns-TraceStatus'),
+        errors: [...document.querySelectorAll('.ns-ProfilerPanel .ns-Error')].map(n => n.textContent.trim().slice(0, 300)),
+        loading: text('.ns-ProfilerPanel .ns-Loading'), message: text('.ns-ProfilerPanel .ns-Message'),
+      };
+      throw new Error('TIMEOUT ' + JSON.stringify(state));
+    }
     await new Promise(r => setTimeout(r, 5));
   }
   await new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)));
@@ -107,6 +153,9 @@ OPEN_RUN = """async ([rid]) => {
 }"""
 
 INTERACT = """async () => {
+  if (!document.querySelector('.ns-PanelTrace .ns-TraceViewer .ns-TraceCanvas')) {
+    throw new Error('TIMEOUT the viewer canvas: none on the page');
+  }
   const v = document.querySelector('.ns-PanelTrace .ns-TraceViewer');
   const canvas = v.querySelector('.ns-TraceCanvas');
   const stage = v.querySelector('.ns-TraceStage');
@@ -157,6 +206,8 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main() -> None:
+    from playwright.sync_api import Error as PlaywrightError
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,10 +223,12 @@ def main() -> None:
         print(f"store seeded: {args.ops:,} ops in {time.perf_counter() - t:.1f} s")
         port, token = bench_server._free_port(), secrets.token_hex(16)
         base = f"http://127.0.0.1:{port}"
-        proc = _start_lab(root, port, token, home)
+        log = home / "lab.log"
+        proc = _start_lab(root, port, token, home, log)
         payloads: list[int] = []
+        console: list[str] = []
         try:
-            _wait(base, token, proc)
+            _wait(base, token, proc, log)
             with sync_playwright() as pw:
                 browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
                 page = browser.new_page(viewport={"width": 1600, "height": 1000})
@@ -185,13 +238,37 @@ def main() -> None:
                         payloads.append(len(resp.body()))
 
                 page.on("response", on_response)
-                page.goto(f"{base}/lab/workspaces/bench-{secrets.token_hex(4)}?reset&token={token}")
-                page.wait_for_selector(".jp-LabShell", timeout=120_000)
-                page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands"
-                                       ".hasCommand('neuron-studio:open-profiler')", timeout=120_000)
-                cold = page.evaluate(OPEN_RUN, [rid])
-                warm = page.evaluate(OPEN_RUN, [rid])
-                frames = page.evaluate(INTERACT)
+                page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning") else None)
+                page.on("pageerror", lambda e: console.append(f"page error: {e}"))
+
+                def fail(what: str, detail: str) -> BenchError:
+                    return BenchError(f"timed out waiting for {what}: {detail}\n{_installed_labextension()}\n"
+                                      f"browser console errors/warnings (last 10): {console[-10:]}\n"
+                                      f"server log tail:\n{_log_tail(log, 1500)}")
+
+                def run(script: str, args: list, what: str, timeout_s: float):  # noqa: ANN202
+                    try:
+                        return page.evaluate(WITH_TIMEOUT, [script, args, what, timeout_s * 1000])
+                    except PlaywrightError as exc:
+                        if "TIMEOUT" in str(exc):
+                            raise fail(what, str(exc).split("TIMEOUT", 1)[1].strip()) from None
+                        raise
+
+                page.goto(f"{base}/lab/workspaces/bench-{secrets.token_hex(4)}?reset&token={token}", timeout=120_000)
+                for what, wait in (("the JupyterLab shell (.jp-LabShell)", lambda: page.wait_for_selector(
+                                        ".jp-LabShell", timeout=120_000)),
+                                   ("the command neuron-studio:open-profiler (is the labextension installed?)",
+                                    lambda: page.wait_for_function(
+                                        "() => window.jupyterapp && window.jupyterapp.commands"
+                                        ".hasCommand('neuron-studio:open-profiler')", timeout=120_000))):
+                    try:
+                        wait()
+                    except PlaywrightTimeout:
+                        raise fail(what, f"page title {page.title()!r}") from None
+                what = f"run {rid}'s trace viewer to show boxes (.ns-TraceStatus '… boxes …')"
+                cold = run(OPEN_RUN, [rid, 170_000], what, 180)
+                warm = run(OPEN_RUN, [rid, 50_000], what, 60)
+                frames = run(INTERACT, [], "the zoom/pan interaction script to finish", 180)
                 browser.close()
         finally:
             proc.terminate()
@@ -217,4 +294,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BenchError as exc:
+        sys.exit(f"bench_viewer FAILED: {exc}")
