@@ -122,9 +122,11 @@ def _subpackage_dir(sub: str) -> Path | None:
     return found
 
 
-# Modules the server may load from their files: they import nothing from neuron_studio (so not torch).
+# Modules the server may load from their files: they import nothing from neuron_studio (so not torch)
+# except the torch-free modules of _TORCH_FREE_IMPORTS.
 _TORCH_FREE_MODULES = {
     "neuron_studio.store": (None, "store.py"),
+    "neuron_studio.run_writer": (None, "run_writer.py"),
     "neuron_studio.profiler.vocabulary": ("profiler", "vocabulary.py"),
     "neuron_studio.profiler.analysis.binning": ("profiler", "analysis/binning.py"),
     "neuron_studio.profiler.analysis.trace_lod": ("profiler", "analysis/trace_lod.py"),
@@ -149,8 +151,34 @@ def studio_module(name: str) -> ModuleType:
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses need the module registered while it executes
+    deps = {dep: studio_module(dep) for dep in _TORCH_FREE_IMPORTS.get(name, ())}
+    if deps:
+        mod.__dict__["__builtins__"] = _builtins_importing(deps)
     spec.loader.exec_module(mod)
     return mod
+
+
+# The studio modules a torch-free module imports by their package name (`from neuron_studio.run_writer
+# import ...` in store.py): importing them so would run neuron_studio/__init__.py, which imports torch (about
+# 7 s and hundreds of MB in the Jupyter server, on the panel's first request). They are given the copies
+# loaded from their files instead.
+_TORCH_FREE_IMPORTS = {"neuron_studio.store": ("neuron_studio.run_writer",)}
+
+
+def _builtins_importing(modules: dict[str, ModuleType]) -> dict[str, Any]:
+    """Builtins whose `__import__` answers the names in `modules` with those modules, any other normally."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def studio_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if level == 0 and name in modules:
+            if not fromlist:
+                raise ImportError(f"{name} is loaded from its file here; import names from it (from {name} import ...)")
+            return modules[name]
+        return real_import(name, globals, locals, fromlist, level)
+
+    return {**builtins.__dict__, "__import__": studio_import}
 
 
 def run_store_module() -> ModuleType:

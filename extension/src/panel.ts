@@ -22,6 +22,7 @@ import {
 import { requestAPI } from './request';
 import { ServerTraceSource } from './viewer/sources';
 import { TraceViewer } from './viewer/viewer';
+import { ITraceWindow } from './viewer/types';
 import {
   ENGINES,
   IDeviceOp,
@@ -185,10 +186,10 @@ export class ProfilerPanel extends Widget {
       }
       this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
       if (detail.tables.includes('device_ops')) {
-        // the trace first: on a cold server both would read the table at once (but a hidden panel does not
-        // paint, so wait a few seconds at most)
+        // the trace's first server answer first: on a cold server both would read the table at once (but a
+        // hidden panel does not paint, so wait a few seconds at most)
         if (trace) {
-          await Promise.race([trace.viewer.firstPaint.catch(() => undefined), new Promise(r => setTimeout(r, 3000))]);
+          await Promise.race([trace.viewer.settled, new Promise(r => setTimeout(r, 3000))]);
         }
         await this._loadTimeline(runId, timeline, opsBox, 0);
       } else {
@@ -203,6 +204,8 @@ export class ProfilerPanel extends Widget {
   private _traceViewer(runId: number, summary: IProfilePayload | null): { node: HTMLElement; viewer: TraceViewer } {
     const actions = this._actions;
     const viewer = new TraceViewer(new ServerTraceSource(runId, this._path!), {
+      // drawn while the server reads the run's table for its first answer
+      overview: (summary?.trace_view ?? null) as ITraceWindow | null,
       sourceLink: src => sourceLink(src, actions),
       kernelLink: name => {
         const hot = summary?.hot_ops?.find(h => h.op === name && h.kernel);

@@ -337,6 +337,22 @@ def test_shared_studio_modules_load_without_torch() -> None:
                                   "False", "False"]
 
 
+def test_run_store_and_trace_modules_load_without_torch() -> None:
+    """The panel's first request (the run list) and the trace routes load the store and the level-of-detail
+    code from their files: no torch (importing it took the server about 7 s before the run list answered)."""
+    code = (
+        "import sys\n"
+        "from neuron_studio_lab import core\n"
+        "s = core.run_store_module()\n"
+        "lod = core.studio_module('neuron_studio.profiler.analysis.trace_lod')\n"
+        "print(s.RunStore.__name__, s.writer_identity()[0] > 0, lod.build_lanes.__name__, 'torch' in sys.modules, "
+        "'neuron_studio' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120,
+                         cwd=Path(core.__file__).parents[1])
+    assert out.stdout.split() == ["RunStore", "True", "build_lanes", "False", "False"]
+
+
 def test_labextension_is_installed_and_enabled():
     """`pip install ./extension` ships the prebuilt labextension: JupyterLab lists it as enabled."""
     import shutil

@@ -188,6 +188,44 @@ def test_panel_viewer_zoom_hover_click_search(lab: dict, page) -> None:  # noqa:
     assert not page.errors  # type: ignore[attr-defined]
 
 
+def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, page) -> None:  # noqa: ANN001
+    """The panel's first paint does not wait for the server to read the run's table: it draws the overview
+    stored in the run's summary (the same lanes, coarser boxes, said so in the status), then the server's
+    whole-run answer replaces it."""
+    page = page.context.new_page()
+    page.errors = []  # type: ignore[attr-defined]
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))  # type: ignore[attr-defined]
+    held: list = []
+    page.route("**/neuron-studio/runs/*/trace?*", lambda route: held.append(route))  # no answer until released
+    page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-overview?reset&token={TOKEN}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                           "'neuron-studio:open-profiler')", timeout=60_000)
+    page.evaluate("([rid]) => window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
+                  "{path: 'v.ipynb', runId: rid}).then(() => null)", [lab["run"]])
+    viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
+    viewer.wait_for(timeout=30_000)
+    page.wait_for_function("v => v.hasAttribute('data-first-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
+    overview = lab["payload"]["trace_view"]
+    overview_boxes = sum(len(lane["start"]) for lane in overview["lanes"])
+    status = viewer.locator(".ns-TraceStatus").inner_text()
+    assert viewer.get_attribute("data-from") == "overview" and not viewer.get_attribute("data-source-paint-ms")
+    assert f"{overview_boxes:,} boxes" in status and "overview" in status and "loading" in status, status
+    assert viewer.locator(".ns-TraceLabel").count() == len(overview["lanes"])
+    assert len(held) == 1 and "start_ns" not in held[0].request.url  # the whole run, asked for at once
+    for route in held:
+        route.continue_()
+    page.unroute("**/neuron-studio/runs/*/trace?*")
+    page.wait_for_function("v => v.hasAttribute('data-source-paint-ms')", arg=viewer.element_handle(),
+                           timeout=30_000)
+    status = viewer.locator(".ns-TraceStatus").inner_text()
+    assert viewer.get_attribute("data-from") == "source" and "overview" not in status, status
+    answer = trace_view.trace_window(str(lab["root"]), "v.ipynb", lab["run"], start_ns=None, end_ns=None,
+                                     width_px=int(held[0].request.url.split("width_px=")[1].split("&")[0]))
+    assert f"{sum(len(lane['start']) for lane in answer['lanes']):,} boxes" in status
+    assert not page.errors  # type: ignore[attr-defined]
+    page.close()
+
+
 def test_output_timeline_tab_is_the_viewer(lab: dict, page) -> None:  # noqa: ANN001
     page = page.context.new_page()  # the other test's page may hold a notebook with unsaved changes
     page.errors = []  # type: ignore[attr-defined]
