@@ -67,19 +67,30 @@ function insertButtons(
   return el('span', { class: 'ns-InsertButtons' }, ...buttons, status);
 }
 
+/** A row's Insert buttons, or null where there are none (the profile's own row, no extension, no cell). */
+export function insertControls(
+  r: IWhatIfRow,
+  profiled: IProfiledCell | null | undefined,
+  actions: IProfileViewActions
+): HTMLElement | null {
+  if (r.current || !actions.insertVariant || !profiled || !r.cell) {
+    return null;
+  }
+  return insertButtons(r, profiled, actions.insertVariant);
+}
+
 function runCell(r: IWhatIfRow, profiled: IProfiledCell | null | undefined, actions: IProfileViewActions): HTMLElement | string {
   if (!r.run) {
     return '—';
   }
   const line = el('span', { class: 'ns-RunLine' }, el('code', { text: r.run, title: r.cell ?? r.run }), ' ', copyButton(r.run));
-  if (r.current || !actions.insertVariant) {
-    return line;
-  }
-  if (!profiled || !r.cell) {
+  const insert = insertControls(r, profiled, actions);
+  if (insert) {
+    line.appendChild(insert);
+  } else if (!r.current && actions.insertVariant && profiled) {
+    // the table's note says why a profile has no cells at all; a row of one that has says it here
     line.appendChild(el('span', { class: 'ns-Muted ns-NoInsert', text: ' ⓘ', title: noInsertReason(r, profiled) }));
-    return line;
   }
-  line.appendChild(insertButtons(r, profiled, actions.insertVariant));
   return line;
 }
 
@@ -138,6 +149,9 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
     { class: 'ns-WhatIf' },
     t,
     el('ul', { class: 'ns-WhatIfBasis' }, ...reasons.map(b => el('li', { class: 'ns-Muted', text: `${basisLabel(b)}: ${b}` }))),
+    actions.insertVariant && !w.cell
+      ? el('div', { class: 'ns-Muted ns-NoInsertNote', text: `No Insert buttons: ${noInsertReason(rows[0], null)}.` })
+      : null,
     el('div', {
       class: 'ns-Muted',
       text: "Each row but this profile's own re-models the recorded ops with the NeuronCore model; nothing was rerun. " +

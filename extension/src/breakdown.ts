@@ -2,8 +2,10 @@
  * Where the step time goes, at the top of the profile view: the mean step as one stacked bar whose segments
  * add up to the step time, one bar per step, a legend (categories the data cannot tell say so), the
  * recommendations (each opens the tab holding the rows that justify it and marks them) and the best variant
- * the what-if advisor predicts. Lays out the summary's `breakdown` and `what_if` blocks; computes nothing.
+ * the what-if advisor predicts (with its Insert buttons, as in the What if tab). Lays out the summary's `breakdown` and `what_if` blocks; computes nothing.
  */
+import { insertControls } from './advisor';
+import type { IProfileViewActions } from './mime';
 import { el, fmtNs, fmtPct, isNum } from './dom';
 import { IBreakdownBlock, IProfilePayload, IRecommendation } from './tokens';
 
@@ -64,7 +66,7 @@ function recommendation(r: IRecommendation, openRows: RowOpener): HTMLElement {
   return el('div', { class: 'ns-Rec', attrs: { 'data-category': r.category } }, `→ ${r.text} `, link, status);
 }
 
-function bestVariant(p: IProfilePayload): HTMLElement | null {
+function bestVariant(p: IProfilePayload, actions: IProfileViewActions): HTMLElement | null {
   const w = p.what_if;
   const rows = w?.rows ?? [];
   const best = rows.find(r => r.variant === w?.best);
@@ -80,12 +82,17 @@ function bestVariant(p: IProfilePayload): HTMLElement | null {
     el('b', { text: best.variant }),
     ` is predicted at ${fmtNs(best.step_time_ns)} per step (${(cur.step_time_ns / best.step_time_ns).toFixed(1)}× faster${approx}); run it with `,
     el('code', { text: best.run ?? '' }),
-    ' (What if tab)'
+    ' (What if tab)',
+    insertControls(best, w?.cell, actions)
   );
 }
 
 /** The breakdown section, or null when the summary has none. */
-export function breakdownSection(p: IProfilePayload, openRows: RowOpener): HTMLElement | null {
+export function breakdownSection(
+  p: IProfilePayload,
+  openRows: RowOpener,
+  actions: IProfileViewActions = {}
+): HTMLElement | null {
   const b: IBreakdownBlock | null | undefined = p.breakdown;
   if (!b || !Array.isArray(b.parts)) {
     return null;
@@ -139,6 +146,6 @@ export function breakdownSection(p: IProfilePayload, openRows: RowOpener): HTMLE
     steps,
     ...(b.notes ?? []).map(n => el('div', { class: 'ns-Muted', text: n })),
     ...(b.recommendations ?? []).map(r => recommendation(r, openRows)),
-    bestVariant(p)
+    bestVariant(p, actions)
   );
 }

@@ -594,7 +594,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     { class: 'ns-Profile' },
     el('div', { class: 'ns-TopRow' }, header(p), open),
     badges(p),
-    breakdownSection(p, (label, ops) => openRows(tabBox, label, ops)),
+    breakdownSection(p, (label, ops) => openRows(tabBox, label, ops), actions),
     tabBox,
     warnings,
     provenanceNote(p)

@@ -107,6 +107,9 @@ def _check_recommendation_and_advisor(view, payload: dict) -> None:  # noqa: ANN
     assert float(cur.get_attribute("data-step-ns")) == payload["step_time_ns"]
     best = view.locator(".ns-WhatIfTable tbody tr.ns-mod-best")
     assert best.count() == 1 and "%%neuron --mode" in best.inner_text()
+    # a profile not run from a notebook %%neuron cell (here the Python API) has no Insert buttons, and says why
+    assert view.locator("button.ns-InsertRun").count() == 0
+    assert "Insert needs a profile of a %%neuron cell in a notebook" in view.locator(".ns-NoInsertNote").inner_text()
 
 
 def test_breakdown_and_advisor_inline_and_in_the_panel(lab: dict, page) -> None:  # noqa: ANN001

@@ -90,6 +90,10 @@ def test_insert_and_run_measures_the_prediction(lab: dict, page) -> None:  # noq
     profile.wait_for(timeout=RUN_TIMEOUT_MS)
     run_id = int(profile.locator(".ns-RunId").inner_text().removeprefix("run #"))
 
+    # the breakdown's best-variant line has the same buttons
+    best = profile.locator(".ns-BestVariant")
+    assert "adaptive on trn2" in best.inner_text() and best.locator("button.ns-InsertRun").count() == 2
+
     # -- "Insert & run" on the adaptive row: a new cell right below the profiled cell, selected, run --
     row = _row(profile, "adaptive on trn2")
     predicted = float(row.get_attribute("data-step-ns"))
