@@ -231,12 +231,12 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         if cap.trace is not None and len(cap.trace.ops):
             prof = cap.profile
             prof.run_id = run_id
-            compare = _compare_block(store, run_id, spec.compare, prof)
+            compare = _compare_block(sess, store, run_id, spec.compare, prof)
             summary = prof.to_summary(run_id=run_id, name=spec.name, cell_key=cell_key, notebook=notebook,
                                       status=status, compare=compare, warnings=warnings)
             save_profile(store, run_id, prof)
             prof.summary_payload = summary
-            sess.last_profile = prof
+            sess.remember(prof, store)
     finally:
         store.finish_run(run_id, status=status, summary=summary,
                          step_time_ns=int(prof.step_time_ns) if prof is not None else None,
@@ -298,17 +298,17 @@ def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) 
     prof.run_id = run_id
     prof.trace.meta["cell"] = _origin(shell, spec, notebook)
     summary = prof.to_summary(run_id=run_id, name=spec.name, cell_key=cell_key, notebook=notebook, status="ok",
-                              compare=_compare_block(store, run_id, spec.compare, prof),
+                              compare=_compare_block(sess, store, run_id, spec.compare, prof),
                               warnings=list(settings.notes) + list(run.notes))
     save_profile(store, run_id, prof)
     prof.summary_payload = summary
-    sess.last_profile = prof
+    sess.remember(prof, store)
     store.finish_run(run_id, status="ok", summary=summary, step_time_ns=int(prof.step_time_ns),
                      mfu=float(prof.mfu), wall_s=run.wall_ns / 1e9)
     return prof
 
 
-def _compare_block(store: Any, run_id: int, compare: str | None, prof: Any) -> dict | None:
+def _compare_block(sess: Any, store: Any, run_id: int, compare: str | None, prof: Any) -> dict | None:
     try:
         if compare is not None:
             other_rec = store.get_run(int(compare) if compare.isdigit() else compare)
@@ -318,7 +318,7 @@ def _compare_block(store: Any, run_id: int, compare: str | None, prof: Any) -> d
                 other_rec = store.previous_run(other_rec.id)
         if other_rec is None:
             return None
-        other = load_stored_profile(store, other_rec)
+        other = sess.stored_profile(store, other_rec)
     except (LookupError, KeyError):
         if compare is not None:
             raise

@@ -26,6 +26,7 @@ DEVICE_OPS_COLUMNS = ["seq", "name", "core", "engine", "start_ns", "end_ns", "fl
 class Session:
     store_root: Path | None = None
     last_profile: Any = None
+    last_profile_store: Path | None = None  # root of the store `last_profile` was saved in (its run_id is there)
     compiled_cells: dict = field(default_factory=dict)  # (cell source, namespace id) -> compiled function
     _store: RunStore | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -37,6 +38,19 @@ class Session:
             if self._store is None or self._store.root != Path(root).expanduser().absolute():
                 self._store = RunStore(root)
             return self._store
+
+    def remember(self, prof: Any, store: RunStore) -> None:
+        """`prof` is the last profile, saved as its run_id in `store`."""
+        self.last_profile, self.last_profile_store = prof, store.root
+
+    def stored_profile(self, store: RunStore, rec: RunRecord) -> Any:
+        """Run `rec` of `store` as a Profile: the last profile when it is that modeled run (what the store holds,
+        already modeled in this process: reloading and re-modeling it gives the same figures), else loaded."""
+        last = self.last_profile
+        if (last is not None and self.last_profile_store == store.root and getattr(last, "run_id", None) == rec.id
+                and getattr(last, "modeled_figures", False)):  # a measured run is rebuilt from what was saved
+            return last
+        return load_stored_profile(store, rec)
 
     def use_store(self, root: str | os.PathLike[str] | None) -> RunStore:
         """Point the session at another store directory (None: the working directory's .neuron_studio)."""

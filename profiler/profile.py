@@ -89,8 +89,15 @@ class Profile:
         self.run_id = run_id
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self._hot_cache: dict[tuple[float, int], list] = {}
+        self._op_tables: dict[tuple[str, str], pd.DataFrame] = {}  # the summary and compare both read it
         self._gpu_activity: pd.DataFrame | None = None
         self._breakdown: _bd.StepBreakdown | None = None
+        # what-if re-modeling, shared by the advisor and the breakdown's recommendation (both in every summary):
+        # the ops each mode is modeled from, their model columns, and each (mode, chip) variant, keyed by the
+        # identity of the ops frame they came from (a frame passed in from outside is never matched)
+        self._mode_ops: dict[str, tuple[pd.DataFrame, str]] = {}
+        self._remodel_columns: dict[int, tuple[pd.DataFrame, Any]] = {}
+        self._variants: dict[tuple[str, str], tuple[pd.DataFrame, _wi.Variant]] = {}
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
 
     @classmethod
@@ -144,7 +151,10 @@ class Profile:
 
     # -- analyses ----------------------------------------------------------------------------------
     def op_table(self, by: str = "op", *, sort: str = "device_ns", top: int | None = None) -> pd.DataFrame:
-        return _table.op_table(self.ops, by=by, steps=self.steps, sort=sort, top=top)
+        if (by, sort) not in self._op_tables:
+            self._op_tables[(by, sort)] = _table.op_table(self.ops, by=by, steps=self.steps, sort=sort)
+        table = self._op_tables[(by, sort)]
+        return (table.head(top) if top else table).copy()
 
     def module_tree(self) -> pd.DataFrame:
         return _table.module_tree(self.ops)
@@ -347,26 +357,46 @@ class Profile:
             except ImportError:  # pragma: no cover - the kernels package ships with the studio
                 swappable = ()
             saves = _wi.kernel_savings(self.hot_path(), n, swappable, None if kernels is True else list(kernels))
-        model = self._remodel
+        model = self._remodel_variant
         if measured:   # other chips: the measured step scaled by the model's ratio between the chips
-            model = _wi.scaled_to(own, self._remodel(self.trace.ops, s.mode, s.chip), self._remodel)
+            model = _wi.scaled_to(own, self._remodel_variant(self.trace.ops, s.mode, s.chip), self._remodel_variant)
         return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
                                  trace_ops=self.trace.ops, model=model, kernel_savings=saves, steps=n,
                                  warmup=self.trace.meta.get("warmup"), measured=measured,
-                                 cell=self.trace.meta.get("cell"), run_id=self.run_id)
+                                 cell=self.trace.meta.get("cell"), run_id=self.run_id, ops_for=self._ops_for_mode)
+
+    def _ops_for_mode(self, mode: str) -> tuple[pd.DataFrame, str]:
+        """The recorded ops as the model sees them in `mode` (`what_if.ops_for_mode`), built once per mode."""
+        if mode not in self._mode_ops:
+            self._mode_ops[mode] = _wi.ops_for_mode(self.trace.ops, self.trace.mode, mode)
+        return self._mode_ops[mode]
+
+    def _remodel_variant(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
+        """`_remodel`, once per (mode, chip) for the same ops frame: the advisor and the breakdown's
+        recommendation ask for the same variants."""
+        hit = self._variants.get((mode, chip))
+        if hit is not None and hit[0] is ops:
+            return hit[1]
+        v = self._remodel(ops, mode, chip)
+        self._variants[(mode, chip)] = (ops, v)
+        return v
 
     def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
         """Per-step figures of `ops` modeled in `mode` on `chip` (the model's public entry point)."""
-        from neuron_studio.profiler.model import ConfigError, ModelConfig, model_run
+        from neuron_studio.profiler.model import ConfigError, ModelConfig, as_columns, model_run
 
         cfg = self.device_run.config if isinstance(self.device_run.config, ModelConfig) else ModelConfig()
         meta = self.trace.meta
         kw = dict(world_size=int(meta.get("world_size", 1) or 1),
                   local_world_size=int(meta.get("local_world_size", 0) or 0) or None)
+        hit = self._remodel_columns.get(id(ops))
+        if hit is None or hit[0] is not ops:   # the columns of one frame serve every chip it is modeled on
+            hit = self._remodel_columns[id(ops)] = (ops, as_columns(ops, deterministic_tag=cfg.deterministic_tag))
+        cols = hit[1]
         try:
-            run = model_run(ops, chip=chip, mode=mode, config=cfg, **kw)
+            run = model_run(cols, chip=chip, mode=mode, config=cfg, **kw)
         except ConfigError:  # e.g. an LNC the other chip does not offer: that chip's default
-            run = model_run(ops, chip=chip, mode=mode, config=cfg.replace(lnc=None), **kw)
+            run = model_run(cols, chip=chip, mode=mode, config=cfg.replace(lnc=None), **kw)
         s, n = run.summary, self.steps
         rng = s.step_time_high_ns > 0
         return _wi.Variant(mode, s.chip, s.step_time_ns / n, s.step_time_low_ns / n if rng else None,

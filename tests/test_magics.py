@@ -216,6 +216,29 @@ def test_compare_with_previous_run_of_the_same_cell(ip):
     assert cmp_ is not None and cmp_["run_id"] < second.run_id
 
 
+def test_compare_with_the_previous_run_in_memory_equals_reloading_it_from_the_store(ip):
+    from neuron_studio.runner import _compare_block
+    from neuron_studio.session import Session
+
+    first = run(ip, "--name reuse").result
+    second = run(ip, "--name reuse").result
+    store = session().store
+    rec = store.get_run(first.run_id)
+    remembered = Session(store_root=store.root)
+    remembered.remember(first, store)
+    assert remembered.stored_profile(store, rec) is first           # no reload, no re-modeling
+    reloaded = Session(store_root=store.root)
+    assert reloaded.stored_profile(store, rec) is not first
+    got = _compare_block(remembered, store, second.run_id, None, second)
+    assert got["run_id"] == first.run_id and got["ops"]
+    assert got == _compare_block(reloaded, store, second.run_id, None, second)
+    # the same run id in another store is another run
+    elsewhere = Session(store_root=store.root)
+    elsewhere.remember(first, store)
+    elsewhere.last_profile_store = store.root / "elsewhere"
+    assert elsewhere.stored_profile(store, rec) is not first
+
+
 def test_no_profile_runs_without_a_store_entry(ip):
     before = len(session().store.list_runs())
     ip.user_ns["calls"] = 0

@@ -11,6 +11,8 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.analysis.group_mode import most_common
+
 __all__ = ["HotOp", "hot_path", "attach_savings", "WHY"]
 
 WHY = {
@@ -50,9 +52,8 @@ def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
     keys = ["op", "module", "source"]
     grouped = busy.fillna({"source": ""}).groupby(keys, sort=False, dropna=False)
     g = grouped.agg(count=("seq", "size"), device_ns=("device_ns", "sum"))
-    # separately: pandas 3 keeps only one of several named aggregations that share a Python callable
-    g["bound"] = grouped["bound"].agg(_dominant)
-    g["engine"] = grouped["engine"].agg(_dominant)
+    g["bound"] = most_common(grouped, "bound", "none")
+    g["engine"] = most_common(grouped, "engine", "none")
     g = g.reset_index()
     g = g.sort_values("device_ns", ascending=False, kind="stable").reset_index(drop=True)
     total = float(busy["device_ns"].sum())
@@ -69,11 +70,6 @@ def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
             hot.kernels = kernel_lookup(r.op, r.module)
         out.append(hot)
     return out
-
-
-def _dominant(s: pd.Series) -> str:
-    vc = s.value_counts()
-    return str(vc.index[0]) if len(vc) else "none"
 
 
 def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:

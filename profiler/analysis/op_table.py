@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from neuron_studio.profiler.analysis.group_mode import most_common
+
 __all__ = ["op_table", "module_tree", "OP_TABLE_COLUMNS"]
 
 OP_TABLE_COLUMNS = ["key", "count", "device_ns", "host_ns", "self_device_ns", "flops", "bytes", "engine", "bound",
@@ -24,9 +26,8 @@ def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "
         flops=("flops", "sum"),
         bytes=("bytes", "sum"),
     )
-    # separately: pandas 3 keeps only one of several named aggregations that share a Python callable
-    out["engine"] = g["engine"].agg(_mode)
-    out["bound"] = g["bound"].agg(_mode)
+    out["engine"] = most_common(g, "engine", "")
+    out["bound"] = most_common(g, "bound", "")
     out = out.reset_index().rename(columns={by: "key"})
     out["self_device_ns"] = out["device_ns"]
     if by == "module":
@@ -51,8 +52,3 @@ def module_tree(ops: pd.DataFrame) -> pd.DataFrame:
     t["depth"] = t["key"].str.count(r"\.")
     return t.sort_values("key").reset_index(drop=True)[["key", "depth", "count", "self_device_ns", "device_ns",
                                                         "flops", "bytes", "share"]]
-
-
-def _mode(s: pd.Series) -> str:
-    vc = s.value_counts()
-    return str(vc.index[0]) if len(vc) else ""

@@ -251,13 +251,22 @@ def _variant(cell: dict | None, run: str | None, run_id: Any) -> tuple[str | Non
 def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], recorded_mode: str,
                   trace_ops: pd.DataFrame, model: Callable[[pd.DataFrame, str, str], Variant],
                   kernel_savings: Sequence[dict] = (), steps: int | None = None, warmup: int | None = None,
-                  measured: bool = False, cell: dict | None = None, run_id: Any = None) -> pd.DataFrame:
+                  measured: bool = False, cell: dict | None = None, run_id: Any = None,
+                  ops_for: Callable[[str], tuple[pd.DataFrame, str]] | None = None) -> pd.DataFrame:
     """One row per (mode, chip) plus one per kernel saving; `own` is the profile's own figures (its row).
 
     `model(ops, mode, chip)` re-models ops; `kernel_savings` are dicts with kernel, op, saving_ns (per step)
     and run (the swap snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each
     row's `run` the profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which
-    diffs against run `run_id`."""
+    diffs against run `run_id`. `ops_for(mode)` gives `ops_for_mode(trace_ops, recorded_mode, mode)` (default:
+    computed here, once per mode; a caller may keep them across calls)."""
+    if ops_for is None:
+        per_mode: dict[str, tuple[pd.DataFrame, str]] = {}
+
+        def ops_for(mode: str) -> tuple[pd.DataFrame, str]:
+            if mode not in per_mode:
+                per_mode[mode] = ops_for_mode(trace_ops, recorded_mode, mode)
+            return per_mode[mode]
     rows = []
     for mode in modes:
         for chip in chips:
@@ -269,7 +278,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
                 rows.append(_row(own, variant="this profile", kernel=None, current_ns=own.step_time_ns,
                                  current=True, basis=MEASURED if measured else PROFILE, run=own_line))
                 continue
-            ops, basis = ops_for_mode(trace_ops, recorded_mode, mode)
+            ops, basis = ops_for(mode)
             basis = SCALED if measured else basis
             v = model(ops, mode, chip)
             name = f"{mode} on {chip}"
