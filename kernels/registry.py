@@ -2,7 +2,7 @@
 Neuron Studio kernels). The hot-path analysis uses this to point at a kernel file and line.
 
 Patterns are fnmatch-style, matched against aten op names ("aten::mm"), module class names ("LlamaRMSNorm")
-and dotted module paths ("model.layers.0.mlp"). Kernel file/line are computed with `inspect` at lookup time.
+and dotted module paths ("model.layers.0.mlp"). Kernel file/line are found with `inspect` at the first lookup of each kernel object.
 """
 from __future__ import annotations
 
@@ -93,15 +93,14 @@ def _default_entries() -> list[KernelEntry]:
     ]
 
 
-def _kernel_location(target: str) -> tuple[str | None, int | None]:
-    """Absolute file and first line of the kernel function `module:function` (found with inspect)."""
+def _kernel_object(target: str) -> Any:
+    """The kernel function `module:function` inside this package (None: not importable)."""
     mod_name, func_name = target.split(":")
     package = __package__ or "kernels"
     try:
-        obj: Any = getattr(importlib.import_module(f"{package}.{mod_name}"), func_name)
+        return getattr(importlib.import_module(f"{package}.{mod_name}"), func_name)
     except (ImportError, AttributeError):
-        return None, None
-    return kernel_source(obj)
+        return None
 
 
 def kernel_source(kernel: Any) -> tuple[str | None, int | None]:
@@ -132,6 +131,17 @@ class KernelRegistry:
 
     def __init__(self, entries: list[KernelEntry] | None = None) -> None:
         self.entries: list[KernelEntry] = list(entries if entries is not None else _default_entries())
+        # target -> (kernel object, (file, def line)): inspect tokenizes the kernel's whole source per call
+        # (~15 ms), and every hot-path lookup of every profile asks; a reloaded module is a new object
+        self._locations: dict[str, tuple[Any, tuple[str | None, int | None]]] = {}
+
+    def location(self, target: str) -> tuple[str | None, int | None]:
+        """Absolute file and `def` line of the kernel function `module:function` (found with inspect)."""
+        obj = _kernel_object(target)
+        hit = self._locations.get(target)
+        if hit is None or hit[0] is not obj:
+            hit = self._locations[target] = (obj, (None, None) if obj is None else kernel_source(obj))
+        return hit[1]
 
     def register(self, entry: KernelEntry) -> None:
         """Add a kernel (e.g. a user's own) to the table."""
@@ -151,7 +161,7 @@ class KernelRegistry:
             if pat is None:
                 continue
             if e.target is not None:
-                file, line = _kernel_location(e.target)
+                file, line = self.location(e.target)
             else:
                 file, line = e.file, e.line
             out.append(KernelMatch(e.kernel, e.kind, pat, file, line, e.note))
@@ -189,9 +199,10 @@ def is_gated_mlp(module: Any) -> bool:
 
 def lookup_module(module: Any, module_path: str = "") -> list[KernelMatch]:
     """Lookup by module object: class-name patterns plus the structural gated-MLP check."""
-    matches = get_registry().lookup("", module_path or None, type(module).__name__)
+    registry = get_registry()
+    matches = registry.lookup("", module_path or None, type(module).__name__)
     if is_gated_mlp(module) and not any(m.kernel == "swiglu_mlp_kernel" for m in matches):
-        file, line = _kernel_location("swiglu_mlp:swiglu_mlp_kernel")
+        file, line = registry.location("swiglu_mlp:swiglu_mlp_kernel")
         matches.append(KernelMatch("swiglu_mlp_kernel", "candidate", "<gate/up/down linears>", file, line,
                                    "module with gate/up/down linears + SiLU"))
     return matches

@@ -184,6 +184,26 @@ def test_registry_candidates(op, module_class, kernel):
     assert m.kind == "candidate" and m.line == _def_line(getattr(K, kernel))
 
 
+def test_registry_location_is_found_once_per_kernel_object(monkeypatch):
+    from neuron_studio.kernels import matmul as mm_module
+    from neuron_studio.kernels import registry as reg
+
+    registry = reg.KernelRegistry()
+    calls = []
+    real = reg.kernel_source
+    monkeypatch.setattr(reg, "kernel_source", lambda k: calls.append(k) or real(k))
+    first = registry.location("matmul:matmul_kernel")
+    assert first == (str(Path(inspect.getsourcefile(K.matmul_kernel.func)).resolve()), _def_line(K.matmul_kernel))
+    assert registry.location("matmul:matmul_kernel") == first and len(calls) == 1   # not inspected again
+
+    def replacement():  # a reloaded module: another object, found again
+        pass
+
+    monkeypatch.setattr(mm_module, "matmul_kernel", replacement)
+    assert registry.location("matmul:matmul_kernel") == real(replacement) != first and len(calls) == 2
+    assert registry.location("matmul:no_such_kernel") == (None, None)
+
+
 def test_registry_unknown_op_and_structural_mlp():
     assert K.lookup("aten::cumsum") == []
 

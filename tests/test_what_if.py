@@ -114,6 +114,28 @@ def test_compile_from_an_eager_trace_is_labelled_approximate_and_uses_graphs():
     assert r["step_time_ns"] < prof.step_time_ns
 
 
+def test_write_backs_copy_each_mutated_input_once_after_its_graph():
+    t = pd.DataFrame({
+        "seq": [10, 11, 12, 13, 14, 15],
+        "name": ["aten::mul_", "aten::add", "aten::add_", "aten::mul_", "aten::mm", "aten::add_"],
+        "overload": ["Tensor"] * 6, "reads": ["1", "1", "2", "1", "3", "4"],
+        "writes": ["1", "2", "2", "1", "3", "4"],
+        "is_inplace": [True, False, True, True, False, True],
+        "in_bytes": [8.0] * 6, "out_bytes": [4.0, 4.0, 4.0, 6.0, 4.0, 16.0], "flops": [1.0] * 6,
+        "is_view": [False] * 6, "graph": [-1] * 6,
+    })
+    graph = np.array([0, 0, 0, 0, -1, 1])
+    out = wi.write_backs(t, graph)
+    # graph 0: storage 1 is an input written in place (twice: sized as the last write); storage 2 is created
+    # inside the graph, so its in-place update needs no copy; graph 1: storage 4. Op 4 runs eagerly.
+    assert out["writes"].tolist() == ["1", "4"] and out["reads"].tolist() == ["1", "4"]
+    assert out["out_bytes"].tolist() == [6.0, 16.0] and out["in_bytes"].tolist() == [12.0, 32.0]
+    assert out.index.tolist() == [3.5, 5.5]                 # right after each graph's last op
+    assert (out["name"] == "aten::copy_").all() and out["overload"].isna().all()
+    assert out["seq"].tolist() == [16, 17] and (out["graph"] == -1).all() and (out["flops"] == 0).all()
+    assert out.dtypes["out_bytes"] == t.dtypes["out_bytes"] and out.dtypes["seq"] == t.dtypes["seq"]
+
+
 def test_compile_prediction_against_running_compile_on_the_emulator():
     """What the approximation misses (host-side optimizer step counters, Dynamo's own breaks) only adds launches,
     so the prediction is below the run, but not far: the write-back copies are counted."""

@@ -116,7 +116,8 @@ def write_backs(trace_ops: pd.DataFrame, graph: np.ndarray) -> pd.DataFrame:
         return trace_ops.iloc[0:0]
     writes = trace_ops["writes"].to_numpy(dtype=object)
     inplace = trace_ops["is_inplace"].to_numpy(dtype=bool)
-    rows: list[pd.Series] = []
+    src: list[int] = []       # the row each copy is sized as
+    sids: list[str] = []
     order: list[float] = []
     for g in np.unique(graph[graph >= 0]):
         idx = np.flatnonzero(graph == g)
@@ -129,15 +130,15 @@ def write_backs(trace_ops: pd.DataFrame, graph: np.ndarray) -> pd.DataFrame:
                 elif not inplace[i]:
                     created.add(sid)
         for k, (sid, i) in enumerate(mutated.items()):
-            r = trace_ops.iloc[i].copy()
-            r["name"], r["overload"], r["reads"], r["writes"] = "aten::copy_", None, sid, sid
-            r["in_bytes"] = 2 * float(r["out_bytes"])        # reads the new value and the input, writes the input
-            r["flops"], r["is_view"], r["graph"] = 0.0, False, -1
-            rows.append(r)
+            src.append(i)
+            sids.append(sid)
             order.append(idx[-1] + (k + 1) / (len(mutated) + 1))
-    if not rows:
+    if not src:
         return trace_ops.iloc[0:0]
-    out = pd.DataFrame(rows)
+    out = trace_ops.iloc[src].copy()
+    out["name"], out["overload"], out["reads"], out["writes"] = "aten::copy_", None, sids, sids
+    out["in_bytes"] = 2 * out["out_bytes"].astype(float)   # reads the new value and the input, writes the input
+    out["flops"], out["is_view"], out["graph"] = 0.0, False, -1
     out["seq"] = int(trace_ops["seq"].max()) + 1 + np.arange(len(out))
     out.index = pd.Index(order)
     return out
