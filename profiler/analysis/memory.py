@@ -44,6 +44,9 @@ def _require(mem: pd.DataFrame, meta: dict | None = None) -> None:
 
 def peak_device(mem: pd.DataFrame) -> int:
     """The device whose live bytes peak highest (the one that runs out of memory first)."""
+    devices = np.unique(mem["device"].to_numpy())
+    if len(devices) == 1:
+        return int(devices[0])
     best, best_peak = 0, -1
     for dev in sorted(set(mem["device"].tolist())):
         rows = mem[mem["device"] == dev]
@@ -58,7 +61,8 @@ def device_rows(mem: pd.DataFrame, device: int | None = None) -> pd.DataFrame:
     """The rows of one device (default: the device with the highest peak), re-indexed from 0."""
     _require(mem)
     dev = peak_device(mem) if device is None else int(device)
-    rows = mem[mem["device"] == dev].reset_index(drop=True)
+    on_dev = mem["device"].to_numpy() == dev
+    rows = (mem if on_dev.all() else mem[on_dev]).reset_index(drop=True)
     if not len(rows):
         raise NoMemoryDataError(f"no allocation on neuron:{dev}; devices with memory: "
                                 f"{sorted(set(mem['device'].tolist()))}")
@@ -122,11 +126,12 @@ def memory_peak(mem: pd.DataFrame, *, device: int | None = None, top: int | None
     total = int(df["nbytes"].sum())
     df.insert(2, "share", df["nbytes"] / total if total else 0.0)
     at = rows.iloc[i]
+    category, nbytes = df["category"].to_numpy(dtype=object), df["nbytes"].to_numpy(dtype=np.int64)
     attrs = {
         "peak_bytes": total, "device": int(rows["device"].iloc[0]), "time_ns": int(at["time_ns"]),
         "step": int(at["step"]), "op": at["op"], "module": at["module"], "source": at["source"],
         "phase": at["phase"], "row": i,
-        "by_category": {c: int(df.loc[df["category"] == c, "nbytes"].sum()) for c in CATEGORIES},
+        "by_category": {c: int(nbytes[category == c].sum()) for c in CATEGORIES},
     }
     if top is not None:
         df = df.head(top)

@@ -161,6 +161,11 @@ class _Replay:
                      for c in ("category", "dtype", "module", "phase", "output_of", "step", "op")}
         self.row_phase = rows["phase"].to_numpy(dtype=object)
         self.category = self.attr["category"]
+        self.nbytes = nb
+        self.is_alloc = rows["kind"].to_numpy() > 0
+        # the forward module a backward row belongs to ("A.b (backward)" -> "A.b"), None for other rows
+        self.backward_of = np.asarray([m.removesuffix(" (backward)") if isinstance(m, str) and m.endswith(" (backward)")
+                                       else None for m in rows["module"].to_numpy(dtype=object)], dtype=object)
 
     def live(self, mask: np.ndarray) -> np.ndarray:
         """Bytes live in the storages selected by `mask` (one bool per row, by storage) after each row."""
@@ -206,16 +211,14 @@ def _checkpoint_effect(rp: _Replay, modules: tuple[str, ...]) -> int:
     removed = np.zeros(len(rp.total), dtype=bool)
     extra = np.zeros(len(rp.total), dtype=np.int64)
     steps = rp.attr["step"]
-    row_module = np.asarray([m.removesuffix(" (backward)") if isinstance(m, str) and m.endswith(" (backward)")
-                             else None for m in rp.rows["module"].to_numpy(dtype=object)], dtype=object)
     for m in modules:
         outputs = np.asarray([isinstance(o, str) and m in o.split(";") for o in rp.attr["output_of"]], dtype=bool)
         mask = acts & _modules_under(rp.attr["module"], m) & ~outputs
         removed |= mask
-        allocs = rp.rows[(rp.rows["kind"] > 0).to_numpy() & mask]
-        if len(allocs):
-            recompute = int(allocs.groupby(steps[allocs.index])["nbytes"].sum().max())
-            extra += np.where(_modules_under(row_module, m), recompute, 0)
+        allocs = rp.is_alloc & mask
+        if allocs.any():   # the most one step allocates in the module: recomputed during its backward
+            recompute = int(pd.Series(rp.nbytes[allocs]).groupby(steps[allocs]).sum().max())
+            extra += np.where(_modules_under(rp.backward_of, m), recompute, 0)
     new = rp.total - rp.live(removed) + extra
     return int(new.max())
 
