@@ -5,22 +5,14 @@ recommendation and run line is decided here, from `Profile.step_breakdown()` and
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS, WhatIfError
+from neuron_studio.profiler.summary_numbers import finite_float
 
 __all__ = ["breakdown_block", "what_if_block", "BREAKDOWN_MAX_STEPS"]
 #: Per-step bars kept in the summary (the mean bar always covers every step).
 BREAKDOWN_MAX_STEPS = 50
-
-
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
 
 
 def breakdown_block(prof: Any) -> dict[str, Any]:
@@ -30,16 +22,16 @@ def breakdown_block(prof: Any) -> dict[str, Any]:
     steps = []
     for r in bd.per_step.head(BREAKDOWN_MAX_STEPS).itertuples(index=False):
         d = r._asdict()
-        steps.append({"step": int(d["step"]), "step_ns": _num(d["step_ns"]),
-                      "parts": {k: _num(d.get(k)) for k in keys}})
+        steps.append({"step": int(d["step"]), "step_ns": finite_float(d["step_ns"]),
+                      "parts": {k: finite_float(d.get(k)) for k in keys}})
     return {
         "basis": bd.basis,
-        "step_time_ns": _num(bd.step_time_ns),
-        "parts": [{"key": p.key, "label": p.label, "ns": _num(p.ns), "share": _num(p.share),
+        "step_time_ns": finite_float(bd.step_time_ns),
+        "parts": [{"key": p.key, "label": p.label, "ns": finite_float(p.ns), "share": finite_float(p.share),
                    "determined": p.determined, "note": p.note} for p in bd.parts],
         "steps": steps,
         "steps_total": int(len(bd.per_step)),
-        "recommendations": [{"category": r.category, "share": _num(r.share), "text": r.text, "tab": r.tab,
+        "recommendations": [{"category": r.category, "share": finite_float(r.share), "text": r.text, "tab": r.tab,
                              "ops": list(r.ops)} for r in bd.recommendations],
         "notes": list(bd.notes),
     }
@@ -58,9 +50,10 @@ def what_if_block(prof: Any) -> dict[str, Any]:
     rows = []
     for r in df.itertuples(index=False):
         rows.append({"variant": r.variant, "mode": r.mode, "chip": r.chip, "kernel": r.kernel,
-                     "step_time_ns": _num(r.step_time_ns), "step_time_low_ns": _num(r.step_time_low_ns),
-                     "step_time_high_ns": _num(r.step_time_high_ns), "speedup": _num(r.speedup), "mfu": _num(r.mfu),
-                     "cost_per_1000_steps_usd": _num(r.cost_per_1000_steps_usd), "current": bool(r.current),
+                     "step_time_ns": finite_float(r.step_time_ns), "step_time_low_ns": finite_float(r.step_time_low_ns),
+                     "step_time_high_ns": finite_float(r.step_time_high_ns), "speedup": finite_float(r.speedup),
+                     "mfu": finite_float(r.mfu),
+                     "cost_per_1000_steps_usd": finite_float(r.cost_per_1000_steps_usd), "current": bool(r.current),
                      "basis": r.basis, "run": r.run, "cell": r.cell})
     # the change to make in the code (mode, kernel) on the chip profiled; other chips are for comparison
     chip = next((r["chip"] for r in rows if r["current"]), None)

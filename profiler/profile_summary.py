@@ -12,6 +12,7 @@ from typing import Any
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
 from neuron_studio.profiler.memory_summary import memory_block
+from neuron_studio.profiler.summary_numbers import finite_float
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["profile_summary", "SUMMARY_VERSION"]
@@ -20,22 +21,14 @@ SUMMARY_VERSION = 1
 _TOP_TABLE = 30
 
 
-def _num(v: Any) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return f if math.isfinite(f) else None
-
-
 def _per_step(total: Any, steps: int) -> float | None:
     """A figure summed over the profiled steps, per step (None stays None: not modeled)."""
-    f = _num(total)
+    f = finite_float(total)
     return None if f is None else f / max(1, steps)
 
 
 def _int(v: Any) -> int:
-    f = _num(v)
+    f = finite_float(v)
     return int(f) if f is not None else 0
 
 
@@ -48,9 +41,9 @@ def _uncertainty(prof: Any) -> dict[str, Any]:
     steps = prof.steps
     low, high = getattr(s, "step_time_low_ns", 0.0), getattr(s, "step_time_high_ns", 0.0)
     return {
-        "step_time_range_ns": [_num(low / steps), _num(high / steps)] if high > 0 else None,
+        "step_time_range_ns": [finite_float(low / steps), finite_float(high / steps)] if high > 0 else None,
         "range_drivers": dict(getattr(s, "range_drivers", {}) or {}),
-        "calibration_error": _num(getattr(s, "calibration_error", None)),
+        "calibration_error": finite_float(getattr(s, "calibration_error", None)),
     }
 
 
@@ -69,8 +62,8 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         k = h.kernels[0] if h.kernels else None
         hot.append({
             "op": h.op, "module": h.module, "source": h.source, "device_ns": _int(h.device_ns / steps),
-            "share": _num(h.share), "bound": h.bound, "why": h.why, "engine": h.engine,
-            "count": _num(h.count / steps),
+            "share": finite_float(h.share), "bound": h.bound, "why": h.why, "engine": h.engine,
+            "count": finite_float(h.count / steps),
             "kernel": None if k is None else {
                 "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
                 "line": k.get("line"), "saving_ns": _per_step(k.get("saving_ns"), steps), "scope": k.get("scope"),
@@ -93,38 +86,40 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "modeled": prof.modeled_figures,
         "status": status or meta.get("status", "ok"),
         "steps": steps,
-        "step_time_ns": _num(prof.step_time_ns) if sized else None,
+        "step_time_ns": finite_float(prof.step_time_ns) if sized else None,
         **(_uncertainty(prof) if sized else {}),
-        "host_time_ns": _num(prof.host_time_ns),
-        "mfu": _num(s.mfu) if sized else None,
-        "mbu": _num(s.mbu) if sized else None,
-        "launches": _num(prof.launches_per_step),
-        "ops_per_step": _num(s.n_ops / steps),
-        "engines": [{"engine": e, "utilization": _num(s.engine_utilization.get(e, 0.0)),
-                     "busy_ns": _num(s.engine_busy_ns.get(e, 0.0) / steps)} for e in engines],
+        "host_time_ns": finite_float(prof.host_time_ns),
+        "mfu": finite_float(s.mfu) if sized else None,
+        "mbu": finite_float(s.mbu) if sized else None,
+        "launches": finite_float(prof.launches_per_step),
+        "ops_per_step": finite_float(s.n_ops / steps),
+        "engines": [{"engine": e, "utilization": finite_float(s.engine_utilization.get(e, 0.0)),
+                     "busy_ns": finite_float(s.engine_busy_ns.get(e, 0.0) / steps)} for e in engines],
         "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
                      **{e: [round(float(x), 4) for x in util[e]] for e in engines}},
         "trace_view": trace_overview(prof),
         "hot_ops": hot,
-        "op_table": [{"op": r.key, "count": _num(r.count / steps), "device_ns": _num(r.per_step_device_ns),
-                      "host_ns": _num(r.host_ns / steps), "flops": _num(r.flops / steps),
-                      "bytes": _num(r.bytes / steps), "engine": r.engine, "bound": r.bound, "share": _num(r.share)}
+        "op_table": [{"op": r.key, "count": finite_float(r.count / steps),
+                      "device_ns": finite_float(r.per_step_device_ns),
+                      "host_ns": finite_float(r.host_ns / steps), "flops": finite_float(r.flops / steps),
+                      "bytes": finite_float(r.bytes / steps), "engine": r.engine, "bound": r.bound,
+                      "share": finite_float(r.share)}
                      for r in table.itertuples(index=False)],
         "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
                    "recompiles": int(len(rc))},
-        "fallbacks": [{"op": r.op, "count": _num(r.count / steps), "reason": r.reason,
-                       "time_ns": _num(r.device_ns / steps)}
+        "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,
+                       "time_ns": finite_float(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
         "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": r.module}
                         for r in sp.head(50).itertuples(index=False)],
         "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
                        for r in rc.itertuples(index=False)],
-        "cost": {"chip": cost.chip, "per_step_usd": _num(cost.per_step_usd) if sized else None,
-                 "per_1000_steps_usd": _num(cost.per_1000_steps_usd) if sized else None,
-                 "h100_per_1000_steps_usd": _num(cost.h100_per_1000_steps_usd) if sized else None,
-                 "price_per_hour_usd": _num(cost.price_per_hour_usd),
-                 "h100_price_per_hour_usd": _num(cost.h100_price_per_hour_usd),
-                 "h100_step_time_ns": _num(cost.h100_step_time_ns) if sized else None, "modeled": True},
+        "cost": {"chip": cost.chip, "per_step_usd": finite_float(cost.per_step_usd) if sized else None,
+                 "per_1000_steps_usd": finite_float(cost.per_1000_steps_usd) if sized else None,
+                 "h100_per_1000_steps_usd": finite_float(cost.h100_per_1000_steps_usd) if sized else None,
+                 "price_per_hour_usd": finite_float(cost.price_per_hour_usd),
+                 "h100_price_per_hour_usd": finite_float(cost.h100_price_per_hour_usd),
+                 "h100_step_time_ns": finite_float(cost.h100_step_time_ns) if sized else None, "modeled": True},
         "compare": compare,
         "hot_basis": prof.hot_basis,
         "source": _source(meta),

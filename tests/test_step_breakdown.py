@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from neuron_studio.profiler.analysis import step_breakdown as sb
 from neuron_studio.profiler.capture import profile
 from neuron_studio.profiler.profile import Profile
+from tests.training_steps import profile_mlp
 
 PRIORITY = list(sb.CATEGORIES)
 
@@ -71,20 +73,7 @@ def test_an_op_after_the_step_time_is_an_error_not_a_bar():
 
 @functools.cache
 def _eager_profile(dropout: float = 0.0, steps: int = 3):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.Dropout(dropout), torch.nn.GELU(),
-                                torch.nn.Linear(128, 64)).to("neuron")
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(8, 64, device="neuron")
-
-    def step():
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-        loss.item()
-
-    return profile(step, steps=steps, warmup=1, mode="eager", chip="trn2")
+    return profile_mlp(steps=steps, dropout=dropout, item=True)
 
 
 def _independent(prof: Profile) -> dict[str, float]:
@@ -140,7 +129,11 @@ def test_dropout_mask_drawn_on_the_host_is_a_cpu_fallback_named_with_its_line():
     forced = sb.BreakdownPart("fallback", fb.label, fb.ns, 0.5)
     recs = sb.recommend(sb.StepBreakdown(bd.basis, bd.step_time_ns, [forced], bd.per_step),
                         sb.modeled_rows(d, prof.trace.ops), mode="eager")
-    assert recs[0].text.startswith("50% CPU fallback in aten::native_dropout at test_step_breakdown.py:")
+    from tests import training_steps
+
+    lines = Path(training_steps.__file__).read_text().splitlines()
+    line = next(i for i, t in enumerate(lines, 1) if "loss = model(x)" in t)   # the step's forward call
+    assert recs[0].text.startswith(f"50% CPU fallback in aten::native_dropout at training_steps.py:{line} ")
     assert (recs[0].tab, recs[0].ops) == ("optable", ["aten::native_dropout"])
 
 

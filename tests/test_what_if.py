@@ -14,25 +14,12 @@ from neuron_studio.profiler.capture import profile
 from neuron_studio.profiler.model import model_run
 from neuron_studio.profiler.profile import Profile
 from tests.models.blocks import TransformerBlock
-
-
-def _train(mode: str, model: torch.nn.Module, x: torch.Tensor, steps: int = 2):
-    opt = torch.optim.AdamW(model.parameters())
-
-    def step():
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
-    return profile(step, steps=steps, warmup=1, mode=mode, chip="trn2")
+from tests.training_steps import mlp_training_step, profile_mlp
 
 
 @functools.cache
 def _mlp(mode: str = "eager"):
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)).to("neuron")
-    return _train(mode, model, torch.randn(8, 64, device="neuron"))
+    return profile_mlp(mode)
 
 
 @functools.cache
@@ -141,17 +128,7 @@ def test_compile_prediction_against_running_compile_on_the_emulator():
     so the prediction is below the run, but not far: the write-back copies are counted."""
     from neuron_studio.modes import compile_cell_function
 
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64)).to("neuron")
-    opt = torch.optim.AdamW(model.parameters())
-    x = torch.randn(8, 64, device="neuron")
-
-    def step():
-        loss = model(x).pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad()
-
+    step = mlp_training_step()
     predicted = _mlp().what_if(modes=["compile"], chips=["trn2"]).iloc[0]["step_time_ns"]
     ran = profile(compile_cell_function(step), steps=2, warmup=1, mode="compile", chip="trn2").step_time_ns
     assert 0.6 * ran < predicted <= ran
