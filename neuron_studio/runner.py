@@ -324,7 +324,13 @@ def _compare_block(sess: Any, store: Any, run_id: int, compare: str | None, prof
             raise
         return None
     d = prof.diff(other)
+    from neuron_studio.profiler.analysis.variant_cell import prediction_for
+
+    # the run is a what-if row's cell of the run it compares with: what that row predicted, beside what it measured
+    prediction = prediction_for(((other_rec.summary or {}).get("what_if") or {}).get("rows") or [],
+                                (prof.trace.meta.get("cell") or {}).get("source"), float(prof.step_time_ns))
     return {
+        "prediction": prediction,
         "run_id": other_rec.id,
         "name": other_rec.name,
         "step_time_before_ns": d.step_time_before_ns,

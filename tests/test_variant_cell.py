@@ -12,6 +12,9 @@ from IPython.testing import globalipapp  # noqa: E402
 from neuron_studio.magics import NeuronMagics  # noqa: E402
 from neuron_studio.profiler.analysis import variant_cell as vc  # noqa: E402
 from neuron_studio.session import session  # noqa: E402
+from neuron_studio.ui.formatting import fmt_ns  # noqa: E402
+from neuron_studio.ui.html import render_html  # noqa: E402
+from neuron_studio.ui.text import render_text  # noqa: E402
 
 ROW = "%%neuron --mode adaptive --chip trn2 --steps 3 --warmup 1"
 
@@ -155,8 +158,20 @@ def test_tutorial_01_adaptive_variant_measures_the_prediction(ip):
     _run(ip, "model.zero_grad(set_to_none=True)")
     again = _run(ip, row["cell"])
     assert again.step_time_ns == pytest.approx(row["step_time_ns"], rel=1e-9)
-    diff = ran.to_summary()["compare"] if ran.summary_payload is None else ran.summary_payload["compare"]
+    diff = again.summary_payload["compare"]
     assert diff["run_id"] == prof.run_id       # the variant's output diffs against the profiled run
+    # and sets the row's prediction beside what it measured
+    p = diff["prediction"]
+    assert (p["variant"], p["step_time_ns"], p["low_ns"], p["high_ns"]) == (
+        "adaptive on trn2", row["step_time_ns"], row["step_time_low_ns"], row["step_time_high_ns"])
+    assert p["measured_ns"] == again.step_time_ns and p["within"] is True
+    assert p["ratio"] == pytest.approx(1.0, rel=1e-9)
+    assert f"this run: {fmt_ns(again.step_time_ns)}, within the range" in render_text(again.summary_payload)
+    assert "predicted " + fmt_ns(row["step_time_ns"]) + " by run " in render_html(again.summary_payload)
+    # an edited variant is no row's cell: no prediction beside it
+    edited = _run(ip, row["cell"].replace("loss.backward()", "loss.backward()\nloss.item()"))
+    assert edited.summary_payload["compare"]["run_id"] == prof.run_id
+    assert edited.summary_payload["compare"]["prediction"] is None
 
 
 def test_every_row_cell_runs_its_mode_chip_and_kernel(ip):
@@ -188,8 +203,6 @@ def test_every_row_cell_runs_its_mode_chip_and_kernel(ip):
 def test_inline_html_shows_each_rows_line_and_cell_escaped_and_names_the_extension(ip):
     """Without the extension the output cannot run code: each row's line (and whole cell) is shown, selectable,
     escaped, and the output says the JupyterLab extension adds the one-click buttons."""
-    from neuron_studio.ui.html import render_html
-
     assert _run(ip, MLP_SETUP) is None
     prof = _run(ip, "%%neuron --name lt\ny = model(x)\nneg = (y < 0).float().sum()")
     s = prof.summary_payload

@@ -7,7 +7,7 @@
  */
 import type { IProfileViewActions } from './mime';
 import { el, fmtNs, fmtPct, fmtUsd, isNum, table } from './dom';
-import { IProfilePayload, IProfiledCell, IWhatIfRow } from './tokens';
+import { ICompare, IProfilePayload, IProfiledCell, IWhatIfRow } from './tokens';
 
 function copyButton(line: string): HTMLElement {
   const button = el('button', { class: 'jp-mod-styled ns-CopyRun', text: 'Copy', attrs: { type: 'button', title: 'Copy this line' } });
@@ -161,5 +161,20 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
             '"Insert" only adds it. The profiled cell is not changed.'
           : '')
     })
+  );
+}
+
+/** A compare block's prediction in one sentence (as neuron_studio/ui/breakdown_html.py `prediction_text`), or null. */
+export function predictionText(c: ICompare | null | undefined): string | null {
+  const p = c?.prediction;
+  if (!p || !isNum(p.step_time_ns)) {
+    return null;
+  }
+  const range = isNum(p.low_ns) && isNum(p.high_ns) ? `, range ${fmtNs(p.low_ns)}–${fmtNs(p.high_ns)}` : '';
+  const verdict = p.within === true ? 'within the range' : p.within === false ? 'OUTSIDE the range' : 'no range stated';
+  return (
+    `predicted ${fmtNs(p.step_time_ns)} by run ${c!.run_id}'s What if (${p.variant}${range}); ` +
+    `this run: ${fmtNs(p.measured_ns)}, ${verdict}` +
+    (isNum(p.ratio) ? `, ${p.ratio.toFixed(2)}× the prediction` : '')
   );
 }

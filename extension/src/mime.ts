@@ -30,7 +30,7 @@ import {
   isNum,
   table
 } from './dom';
-import { whatIfSection } from './advisor';
+import { predictionText, whatIfSection } from './advisor';
 import { breakdownSection } from './breakdown';
 import { gpuPages, sourceLine } from './gpu';
 import { fmtBytes, memorySection } from './memory';
@@ -276,7 +276,12 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
       p.modeled ? 'step time (modeled)' : 'step time',
       fmtNs(p.step_time_ns),
       compare
-        ? `${fmtSignedPct(compare.step_time_delta_pct)} vs run #${compare.run_id}`
+        ? `${fmtSignedPct(compare.step_time_delta_pct)} vs run #${compare.run_id}` +
+          (compare.prediction
+            ? ` · predicted ${fmtNs(compare.prediction.step_time_ns)} (${
+                compare.prediction.within === false ? 'outside its range' : compare.prediction.within ? 'within its range' : 'no range'
+              })`
+            : '')
         : stepRange(p)
     ),
     metric('MFU', fmtPct(p.mfu)),
@@ -435,6 +440,7 @@ function diffSection(p: IProfilePayload): HTMLElement {
     'div',
     { class: 'ns-Diff' },
     el('div', { text: head }),
+    predictionText(c) ? el('div', { class: 'ns-Prediction', text: predictionText(c)! }) : null,
     table(
       ['Op', 'Before', 'After', 'Δ', ''],
       (c.ops ?? []).map(o => [

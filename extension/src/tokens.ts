@@ -112,6 +112,20 @@ export interface ICompare {
   step_time_delta_pct: number | null;
   mfu_before?: number | null;
   ops?: { op: string; before_ns: number; after_ns: number; delta_ns: number; status: string }[];
+  /** This run is a what-if row's cell of the compared run: what that row predicted, and this run against it. */
+  prediction?: IPrediction | null;
+}
+
+/** A what-if row's prediction beside the run of its cell (profiler/analysis/variant_cell.py `prediction_for`). */
+export interface IPrediction {
+  variant: string;
+  step_time_ns: number;
+  low_ns: number | null;
+  high_ns: number | null;
+  measured_ns: number;
+  ratio: number;
+  /** Inside [low_ns, high_ns]; null when the row stated no range. */
+  within: boolean | null;
 }
 
 /** What a measured profile was read from, what it does not hold, and what each headline figure is. */

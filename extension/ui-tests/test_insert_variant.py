@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("ipykernel")
-from conftest import ARTIFACTS, CHROMIUM, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, TOKEN, fmt_ns, lab_server  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -115,6 +115,13 @@ def test_insert_and_run_measures_the_prediction(lab: dict, page) -> None:  # noq
     assert low <= ran["step_time_ns"] <= high
     assert ran["step_time_ns"] == pytest.approx(predicted, rel=1e-6)
     assert ran["compare"]["run_id"] == run_id       # and its output diffs against the profiled run
+    # ... with the row's prediction beside what the run measured
+    note = new_profile.locator(".ns-Metric", has_text="step time").locator(".ns-Metric-note").inner_text()
+    assert f"vs run #{run_id} · predicted {fmt_ns(predicted)} (within its range)" in note
+    new_profile.locator(".ns-TabBar .ns-Tab[data-tab='Diff']").click()
+    said = new_profile.locator(".ns-Prediction").inner_text()
+    assert said.startswith(f"predicted {fmt_ns(predicted)} by run {run_id}'s What if (adaptive on trn2, range ")
+    assert f"this run: {fmt_ns(ran['step_time_ns'])}, within the range, 1.00× the prediction" in said
     new_profile.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "insert_02-inserted-and-run.png"))
 

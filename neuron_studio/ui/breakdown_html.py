@@ -9,7 +9,7 @@ from typing import Any
 
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct
 
-__all__ = ["BREAKDOWN_COLORS", "REC_TABS", "breakdown_view", "justified_ops", "what_if_view"]
+__all__ = ["BREAKDOWN_COLORS", "REC_TABS", "breakdown_view", "justified_ops", "what_if_view", "prediction_text"]
 
 BREAKDOWN_COLORS = {"compute": "#4e79a7", "collective": "#f28e2b", "fallback": "#e15759", "sync": "#b07aa1",
                     "transfer": "#9c755f", "launch": "#bab0ac", "idle": "#eeeeee"}
@@ -101,3 +101,18 @@ def what_if_view(s: dict) -> dict[str, Any]:
             reasons.append(note)
     return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons,
             "has_cells": any(r.get("cell") and not r.get("current") for r in rows)}
+
+
+def prediction_text(c: dict) -> str | None:
+    """A compare block's prediction in one sentence ("predicted 41.6 µs by run 1's What if (adaptive on trn2, range
+    21.6 µs–71.6 µs); this run: 41.6 µs, within the range, 1.00x the prediction"), or None without one."""
+    p = c.get("prediction") if isinstance(c, dict) else None
+    if not isinstance(p, dict) or as_number(p.get("step_time_ns")) is None:
+        return None
+    rng = (f", range {fmt_ns(p.get('low_ns'))}–{fmt_ns(p.get('high_ns'))}"
+           if as_number(p.get("low_ns")) is not None and as_number(p.get("high_ns")) is not None else "")
+    verdict = {True: "within the range", False: "OUTSIDE the range", None: "no range stated"}[p.get("within")]
+    ratio = as_number(p.get("ratio"))
+    return (f"predicted {fmt_ns(p.get('step_time_ns'))} by run {c.get('run_id')}'s What if ({p.get('variant')}{rng}); "
+            f"this run: {fmt_ns(p.get('measured_ns'))}, {verdict}"
+            + (f", {ratio:.2f}x the prediction" if ratio is not None else ""))

@@ -18,7 +18,7 @@ from typing import Any
 
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt_usd
-from neuron_studio.ui.breakdown_html import breakdown_view, justified_ops, what_if_view
+from neuron_studio.ui.breakdown_html import breakdown_view, justified_ops, prediction_text, what_if_view
 from neuron_studio.ui.memory_html import memory_line, memory_view
 from neuron_studio.ui.templating import ENGINE_COLORS, render_template
 from neuron_studio.ui.trace_html import trace_svg_view
@@ -45,7 +45,8 @@ def profile_tabs(s: dict) -> list[Tab]:
     tabs = [Tab("Summary", "tabs/summary.html"), Tab("Timeline", "tabs/timeline.html",
                                                      {"timeline": timeline_view(s), "trace": trace_svg_view(s)}),
             Tab("Op table", "tabs/op_table.html"), Tab("Hot path", "tabs/hot_path.html"),
-            Tab("Fallbacks & syncs", "tabs/issues.html"), Tab("Diff", "tabs/diff.html")]
+            Tab("Fallbacks & syncs", "tabs/issues.html"),
+            Tab("Diff", "tabs/diff.html", {"prediction": prediction_text(s.get("compare") or {})})]
     if isinstance(s.get("what_if"), dict) and s["what_if"]:
         tabs.insert(len(tabs) - 1, Tab("What if", "tabs/what_if.html", {"what_if": what_if_view(s)}))
     if isinstance(s.get("memory"), dict) and s["memory"]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_studio.ui.breakdown_html import prediction_text
 from neuron_studio.ui.formatting import fmt_ns, fmt_pct
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
@@ -93,6 +94,9 @@ def render_text(s: dict, *, top: int = 5) -> str:
     cmp_ = s.get("compare")
     if cmp_ and cmp_.get("step_time_delta_pct") is not None:
         lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")
+        said = prediction_text(cmp_)
+        if said:
+            lines.append(f"  {said}")
     lines.extend(_gpu_lines(s, top))
     for w in s.get("warnings") or []:
         lines.append(f"  ! {w}")

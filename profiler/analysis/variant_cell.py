@@ -12,7 +12,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-__all__ = ["VariantCellError", "MagicLine", "split_cell", "parse_magic_options", "variant_magic_line",
+__all__ = ["VariantCellError", "MagicLine", "split_cell", "parse_magic_options", "variant_magic_line", "prediction_for",
            "variant_cell", "kernel_lines", "MAGIC"]
 
 MAGIC = "%%neuron"
@@ -184,3 +184,28 @@ def variant_cell(source: str, run: str, *, compare: int | str | None = None, mod
         return f"{swap}\n{body}"
     head = variant_magic_line(options, f"{MAGIC}", compare=compare, name_suffix=name)
     return f"{head}\n{swap}\n{body}"
+
+
+def _norm(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").split("\n")).strip()
+
+
+def prediction_for(rows: list[dict], source: str | None, step_time_ns: float) -> dict | None:
+    """What a run's `--compare` run predicted for it: the advisor row (of the compared run's summary) whose cell is
+    exactly this run's cell, with this run's step time against it; None when the cell is no row's cell (edited, or
+    not a variant), so a prediction is never set beside a run it was not made for."""
+    if not source:
+        return None
+    want = _norm(source)
+    for r in rows:
+        if not isinstance(r, dict) or r.get("current") or not isinstance(r.get("cell"), str) or _norm(r["cell"]) != want:
+            continue
+        pred, low, high = r.get("step_time_ns"), r.get("step_time_low_ns"), r.get("step_time_high_ns")
+        if not isinstance(pred, (int, float)) or pred <= 0:
+            return None
+        ranged = isinstance(low, (int, float)) and isinstance(high, (int, float))
+        return {"variant": r.get("variant"), "step_time_ns": float(pred), "low_ns": float(low) if ranged else None,
+                "high_ns": float(high) if ranged else None, "measured_ns": float(step_time_ns),
+                "ratio": float(step_time_ns) / float(pred),
+                "within": (float(low) <= float(step_time_ns) <= float(high)) if ranged else None}
+    return None
