@@ -6,6 +6,7 @@ docs once. Results are DataFrames or small dataclasses so notebooks and CI can a
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,7 @@ class Profile:
         self.summary_payload: dict[str, Any] | None = None  # set by the magic: summary with run context
         self._hot_cache: dict[tuple[float, int], list] = {}
         self._op_tables: dict[tuple[str, str], pd.DataFrame] = {}  # the summary and compare both read it
+        self._memory_peaks: dict[int | None, pd.DataFrame] = {}
         self._gpu_activity: pd.DataFrame | None = None
         self._breakdown: _bd.StepBreakdown | None = None
         # what-if re-modeling, shared by the advisor and the breakdown's recommendation (both in every summary):
@@ -433,12 +435,23 @@ class Profile:
         """What is live at the peak, largest first, with the op, module and source line that allocated it.
         `nbytes` sums to the peak (before `top`); `.attrs` holds the peak, where it happens, and per category."""
         _mem._require(self.trace.memory, self.trace.meta)
-        return _mem.memory_peak(self.trace.memory, device=device, top=top)
+        peak = self._memory_peak(device)
+        out = peak.head(top) if top is not None else peak.copy()
+        out.attrs = copy.deepcopy(peak.attrs)
+        return out
+
+    def _memory_peak(self, device: int | None) -> pd.DataFrame:
+        """`memory_peak` of `device`, once per profile (the memory block, the forecast and the activations
+        all start from it); callers get copies."""
+        if device not in self._memory_peaks:
+            self._memory_peaks[device] = _mem.memory_peak(self.trace.memory, device=device)
+        return self._memory_peaks[device]
 
     def activation_memory(self, device: int | None = None) -> pd.DataFrame:
         """Activations (saved for backward) per module, children included: per step and live at the peak."""
         _mem._require(self.trace.memory, self.trace.meta)
-        return _mem.activation_memory(self.trace.memory, device=device, steps=self.steps)
+        return _mem.activation_memory(self.trace.memory, device=device, steps=self.steps,
+                                      peak=self._memory_peak(device))
 
     def memory_bounds(self, device: int | None = None) -> _mem.MemoryBounds:
         """Fragmentation-free lower bound vs a modeled allocator's high-water mark."""
@@ -461,7 +474,8 @@ class Profile:
                                           source=str(measured.get("source") or "measured peak"))
         _mem._require(self.trace.memory, self.trace.meta)
         return _fc.memory_forecast(self.trace.memory, chip=chip, lnc=lnc, device=device, shards=shards,
-                                   module_classes=self.trace.meta.get("module_classes") or {}, scale=scale)
+                                   module_classes=self.trace.meta.get("module_classes") or {}, scale=scale,
+                                   peak=self._memory_peak(device) if scale == 1.0 else None)
 
     def cost(self) -> Cost:
         s = self.summary

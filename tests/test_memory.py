@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 from typing import Callable
 
+import pandas as pd
 import pytest
 import torch
 
@@ -167,6 +168,25 @@ def test_activation_memory_per_module_and_bounds() -> None:
     b = prof.memory_bounds()
     assert b.lower_bound_bytes == allocator_peak
     assert b.allocator_high_water_bytes >= b.lower_bound_bytes
+
+
+def test_the_profiles_memory_peak_is_found_once_and_handed_out_as_copies() -> None:
+    from neuron_studio.profiler.analysis.memory import activation_memory, memory_peak
+
+    model, loss_fn = _block()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    prof, _ = _measure(_train_step(model, loss_fn, opt))
+    fresh = memory_peak(prof.trace.memory)
+    mine = prof.memory_peak()
+    mine["nbytes"] = 0                                   # a caller's changes stay in its copy
+    mine.attrs["by_category"]["parameter"] = -1
+    again = prof.memory_peak()
+    pd.testing.assert_frame_equal(again, fresh)
+    assert again.attrs == fresh.attrs and again.attrs["by_category"]["parameter"] > 0
+    pd.testing.assert_frame_equal(prof.memory_peak(top=3), fresh.head(3))
+    assert prof.memory_forecast().peak_bytes == fresh.attrs["peak_bytes"]
+    pd.testing.assert_frame_equal(prof.activation_memory(),
+                                  activation_memory(prof.trace.memory, steps=prof.steps))
 
 
 def _checkpoint(model: torch.nn.Module, paths: tuple[str, ...]) -> None:

@@ -139,15 +139,16 @@ def memory_peak(mem: pd.DataFrame, *, device: int | None = None, top: int | None
     return df
 
 
-def activation_memory(mem: pd.DataFrame, *, device: int | None = None, steps: int | None = None) -> pd.DataFrame:
+def activation_memory(mem: pd.DataFrame, *, device: int | None = None, steps: int | None = None,
+                      peak: pd.DataFrame | None = None) -> pd.DataFrame:
     """Activation memory (storages saved for backward) per module, the module's children included.
 
     Columns: module, depth, activation_bytes (allocated per step), at_peak_bytes (still live at the peak),
-    tensors (per step). Largest first.
+    tensors (per step). Largest first. `peak`: `memory_peak(mem, device=device)` when the caller has it.
     """
     rows = device_rows(mem, device)
     nsteps = steps or max(1, int(rows.loc[rows["kind"] > 0, "step"].nunique()) or 1)
-    peak = memory_peak(mem, device=device)
+    peak = memory_peak(mem, device=device) if peak is None else peak
     at_peak = set(peak.loc[peak["category"] == "activation", "alloc_id"].tolist())
     acts = rows[(rows["kind"] >= 0) & (rows["category"] == "activation")]
     totals: dict[str, list[float]] = {}

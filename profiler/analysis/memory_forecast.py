@@ -225,18 +225,19 @@ def _checkpoint_effect(rp: _Replay, modules: tuple[str, ...]) -> int:
 
 def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = None, device: int | None = None,
                     module_classes: dict[str, str] | None = None, shards: int | None = None,
-                    scale: float = 1.0) -> MemoryForecast:
+                    scale: float = 1.0, peak: pd.DataFrame | None = None) -> MemoryForecast:
     """The forecast for `chip` at `lnc` (default: the chip's default LNC) plus every chip/LNC in one table.
 
     `shards`: cores to shard optimizer state, gradients and parameters over (default: the logical cores of
     one chip at that LNC). `scale` multiplies every byte (a what-if for a proportionally larger model).
+    `peak`: `memory_peak(mem, device=device)` of the unscaled record when the caller has it.
     """
     if not scale > 0:
         raise ValueError(f"scale must be a positive number, got {scale!r}")
     if scale != 1.0:
         mem = mem.assign(nbytes=(mem["nbytes"].astype("float64") * scale).round().astype("int64"))
     rows = device_rows(mem, device)
-    peak = memory_peak(mem, device=device)
+    peak = memory_peak(mem, device=device) if peak is None or scale != 1.0 else peak
     peak_bytes = int(peak.attrs["peak_bytes"])
     cap, lnc_used, cores = _capacity(chip, lnc)
     reserve = _profiling_reserve(chip)
