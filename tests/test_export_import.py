@@ -336,12 +336,15 @@ def test_bad_files_raise_trace_format_error(tmp_path: Path, key: str) -> None:
 
 
 def test_missing_path_and_parquet_problems(tmp_path: Path) -> None:
-    with pytest.raises(TraceFormatError, match="nope.json: cannot be read"):
-        read_trace(tmp_path / "nope.json")
+    from neuron_studio.profiler.importers.read import read_trace_whole
+
     d = tmp_path / "run.nstrace"
     (d).mkdir()
-    with pytest.raises(TraceFormatError, match="run.nstrace: directory has no meta.json"):
-        read_trace(d)
+    for read in (read_trace, read_trace_whole):   # the streaming reader and the whole-document one alike
+        with pytest.raises(TraceFormatError, match="nope.json: cannot be read"):
+            read(tmp_path / "nope.json")
+        with pytest.raises(TraceFormatError, match="run.nstrace: directory has no meta.json"):
+            read(d)
     to_parquet(hand_trace(), d)
     (d / "ops.parquet").write_bytes((d / "ops.parquet").read_bytes()[:100])
     with pytest.raises(TraceFormatError, match="ops.parquet cannot be read"):

@@ -8,7 +8,7 @@ import gc
 import io
 import os
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from neuron_studio.profiler.importers.chunked_columns import stream_trace
 from neuron_studio.profiler.importers.common import BadTrace
@@ -25,15 +25,7 @@ __all__ = ["read_trace", "read_trace_bytes", "read_trace_whole", "trace_from_chr
 def read_trace(path: str | os.PathLike) -> Trace:
     """Read a trace file or directory (format detected from the content). A plain torch.profiler trace is
     read in bounded pieces (`chunked_columns`); anything else, or a file failing a check, is read whole."""
-    p = Path(path)
-    name = p.name or str(p)
-    try:
-        if p.is_dir():
-            return _guard(name, lambda: read_parquet_dir(p))
-        with _gc_paused():
-            return _streamed(lambda: open(p, "rb"), lambda: p.read_bytes(), name)
-    except OSError as e:
-        raise TraceFormatError(f"{name}: cannot be read ({e.strerror or e})") from None
+    return _read_path(path, lambda p, name: _streamed(lambda: open(p, "rb"), p.read_bytes, name))
 
 
 def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
@@ -48,16 +40,26 @@ def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
 def read_trace_whole(path: str | os.PathLike) -> Trace:
     """`read_trace` holding the whole parsed document (the reader before streaming; kept as the reference
     the streaming reader is tested and benchmarked against)."""
+    return _read_path(path, _whole_file)
+
+
+def _read_path(path: str | os.PathLike, read_file: Callable[[Path, str], Trace]) -> Trace:
+    """A trace directory (Parquet tables), or a file read by `read_file(path, name)`; a file or directory that
+    cannot be read is a TraceFormatError naming it."""
     p = Path(path)
     name = p.name or str(p)
     try:
         if p.is_dir():
             return _guard(name, lambda: read_parquet_dir(p))
         with _gc_paused():
-            doc, raw = _guard(name, lambda: _parse(p.read_bytes()))
-            return trace_from_chrome(doc, name=name, raw=raw)
+            return read_file(p, name)
     except OSError as e:
         raise TraceFormatError(f"{name}: cannot be read ({e.strerror or e})") from None
+
+
+def _whole_file(p: Path, name: str) -> Trace:
+    doc, raw = _guard(name, lambda: _parse(p.read_bytes()))
+    return trace_from_chrome(doc, name=name, raw=raw)
 
 
 def _streamed(opener: Any, whole: Any, name: str) -> Trace:
