@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from neuron_studio.ui.formatting import as_number, fmt_ns
 from neuron_studio.ui.templating import ENGINE_COLORS
 
@@ -41,6 +43,15 @@ def _ints(lane: dict, key: str) -> list[int] | None:
         return None
     nums = [as_number(v) for v in vals]
     return None if any(n is None for n in nums) else [int(n) for n in nums]  # type: ignore[arg-type]
+
+
+def _boxes_svg(boxes: list[dict], y: int, h: int) -> Markup:
+    """A lane's boxes as SVG rects with their tooltips (escaped here: hundreds of rects are one join, not a
+    template loop each); the lane's fill is on the group around them, an opacity only where it is not 1."""
+    return Markup("".join(
+        f"<rect class='ns-box' x='{b['x']}' y='{y}' width='{b['w']}' height='{h}'"
+        + ("" if b["opacity"] == "1" else f" fill-opacity='{b['opacity']}'")
+        + f"><title>{escape(b['title'])}</title></rect>" for b in boxes))
 
 
 def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
@@ -94,7 +105,7 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
                 opacity = f"{max(0.25, min(1.0, busy[i] / dur)) if dur > 0 else 1.0:.2f}"
             boxes.append({"x": f"{x0:.1f}", "w": f"{max(x1 - x0, 0.6):.1f}", "title": title, "opacity": opacity})
         rows.append({"label": label, "y": y, "label_y": y + ROW_H - 4, "h": ROW_H - 3, "color": color,
-                     "boxes": boxes, "kind": lane.get("kind")})
+                     "boxes": boxes, "boxes_svg": _boxes_svg(boxes, y, ROW_H - 3), "kind": lane.get("kind")})
     height = TOP + len(rows) * ROW_H
     ticks = [{"x": f"{x(t + start - origin):.1f}", "label": fmt_ns(t)} for t in nice_ticks(span)]
     steps = [{"x": f"{x(as_number(st['start'])):.1f}", "label": f"step {st.get('step')}"}  # type: ignore[arg-type]
