@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler import kineto, timebase
+from neuron_studio.profiler.importers.arrow_pieces import add_arrow_piece, parse_piece
 from neuron_studio.profiler.importers.common import BadTrace
 from neuron_studio.profiler.importers.json_stream import (CHUNK_BYTES, GUESS_ABOVE, EventPiece, NotStreamable,
                                                           StreamedDocument, stream_events)
@@ -43,14 +44,17 @@ _CHECK_FAILED = (BadTrace, KeyError, TypeError, ValueError, IndexError, Attribut
                  ArithmeticError, UnicodeError)
 
 
-def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_above: int = GUESS_ABOVE) -> Trace:
-    """A plain Chrome trace (JSON, optionally gzip) read from `fh` in pieces of about `chunk` bytes.
+def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_above: int = GUESS_ABOVE,
+                 fast: bool = True) -> Trace:
+    """A plain Chrome trace (JSON, optionally gzip) read from `fh` in pieces of about `chunk` bytes; with
+    `fast`, each piece is first offered to the columnar fast path (`arrow_pieces`), else parsed into dicts.
 
     Raises BadTrace for text that is not valid JSON inside traceEvents (with its byte offset), NotStreamable
     when the document is another kind (ours, no traceEvents array) or fails a check (read it whole)."""
     streamed = StreamedDocument()
     cols = ChunkedColumns()
-    for piece in stream_events(fh, streamed, chunk=chunk, guess_above=guess_above):
+    for piece in stream_events(fh, streamed, chunk=chunk, guess_above=guess_above,
+                               fast=parse_piece if fast else None):
         try:
             cols.add(piece)
         except _CHECK_FAILED as e:
@@ -111,10 +115,17 @@ class ChunkedColumns:
         self.be_events: list = []
         self.be_pos: list[int] = []
         self.has_b = False
+        self.fast_null_cols: set = set()            # GPU int columns where a fast piece had absent values
+        self.pieces_fast = self.pieces_declined = 0
 
     # -- per piece ----------------------------------------------------------------------------------------
     def add(self, piece: EventPiece) -> None:
-        events = piece.events
+        if piece.columnar:
+            if add_arrow_piece(self, piece.events, piece.text):
+                self.pieces_fast += 1
+                return
+            self.pieces_declined += 1
+        events = piece.dicts()
         try:
             phs = list(map(dict.get, events, repeat("ph")))
         except TypeError:
@@ -308,6 +319,10 @@ class ChunkedColumns:
         idx = np.concatenate(self.gpu_idx)
         for k, parts in self.gpu_vals.items():
             vals = np.concatenate(parts)
+            if k in self.fast_null_cols and k not in self.gpu_per_value and ((vals >= _BIG) | (vals <= -_BIG)).any():
+                # a fast piece's absent value may have been an explicit null, which makes the dict path read
+                # this column value by value (values beyond ±2**62 become -1): undecidable from the columns
+                raise BadTrace(f"{k}: values beyond ±2**62 with absent values")
             if k in self.gpu_per_value and k not in _GRID_COLS:   # the whole column is read value by value
                 vals = np.where((vals >= _BIG) | (vals <= -_BIG), -1, vals)
             out[k][idx] = vals

@@ -19,8 +19,10 @@ from __future__ import annotations
 import gzip
 import json
 import zlib
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import numpy as np
 
@@ -57,9 +59,16 @@ class NotStreamable(Exception):
 class EventPiece:
     """Whole events parsed from one piece of the array, with the text they came from."""
 
-    events: list
+    events: Any               # a list of dicts, or the columns `fast` returned for the piece
     text: bytes               # the piece's JSON text (for exact timestamp digits)
     offset: int               # byte offset of `text` in the (decompressed) JSON text
+    columnar: bool = False    # `events` came from `fast`
+
+    def dicts(self) -> list:
+        """The events as dicts (a columnar piece is parsed again, by orjson)."""
+        if not self.columnar:
+            return self.events
+        return _parse_piece(self.text, self.offset, "", empty_ok=False)
 
 
 @dataclass
@@ -198,9 +207,14 @@ def _find_events_key(head: bytes) -> int:
 
 
 def stream_events(fh: BinaryIO, result: StreamedDocument, *, chunk: int = CHUNK_BYTES,
-                  guess_above: int = GUESS_ABOVE) -> Iterator[EventPiece]:
+                  guess_above: int = GUESS_ABOVE, fast: Callable[[bytes], Any] | None = None,
+                  workers: int = 2) -> Iterator[EventPiece]:
     """Pieces of whole events, in document order; fills `result` when the array is done. Text beyond
     `guess_above` bytes is cut at a guessed separator first (proved by the parse), shorter text by the scan.
+    `fast`, when given, parses a guessed piece first (columns, or None to let orjson parse it); it must
+    prove the cut as orjson does: accept the text only if `[` + text + `]` is a JSON array. It runs on
+    `workers` threads ahead of the consumer (it must release the GIL to gain from that), on cuts guessed
+    ahead: a cut that then does not hold is undone with every later one.
 
     Raises BadTrace for text that is not valid JSON inside the array (naming the byte offset; a file that ends
     inside the array is reported as truncated), NotStreamable for documents the caller should read whole."""
@@ -233,45 +247,86 @@ def stream_events(fh: BinaryIO, result: StreamedDocument, *, chunk: int = CHUNK_
     buf = buf[body:]
     pieces = 0
     want = chunk
-    while True:
-        if len(buf) < want and not rd.eof:
-            buf += rd.read(want - len(buf))
-            continue
-        cut = end = -1
-        events = None
-        if len(buf) > guess_above:               # guess, let the parse prove it; scan only what is left
-            guess = buf.rfind(b"},")
-            if guess > 0:
-                try:
-                    events = _orjson.loads(b"[" + buf[:guess + 1] + b"]") if _orjson is not None else None
-                    cut = guess + 1
-                except (_orjson.JSONDecodeError, RecursionError, MemoryError):
-                    events = None
-        if events is None:
-            try:
-                cut, end = _array_cuts(buf)
-            except _Invalid as e:
-                raise BadTrace(f"invalid JSON at byte {base + e.pos}{of}: {e.msg}") from None
-            if end >= 0:
-                cut = end
-            elif rd.eof:
-                if cut >= 0:                   # whatever is complete must still be valid JSON
-                    _parse_piece(buf[:cut], base, of, empty_ok=False)
-                raise BadTrace(f"truncated JSON (the file ends early, at byte {rd.pos}{of}, inside traceEvents)")
-            elif cut < 0:
-                want = 2 * max(want, len(buf))    # one event larger than the chunk: read on
+    pool = ThreadPoolExecutor(max_workers=workers) if fast is not None else None
+    pending: deque = deque()                  # (future of `fast`, text, base) of cuts not yet proved
+    skip_fast = False
+    try:
+        while True:
+            if len(buf) < want and not rd.eof:
+                buf += rd.read(want - len(buf))
                 continue
-            events = _parse_piece(buf[:cut], base, of, empty_ok=end >= 0 and pieces == 0)
-        elif not events:
-            raise BadTrace(f"invalid JSON at byte {base}{of}: empty element in traceEvents")
-        pieces += 1
-        yield EventPiece(events, buf[:cut], base)
-        events = None
-        if end >= 0:
-            break
-        base += cut + 1
-        buf = buf[cut + 1:]
-        want = chunk
+            if pool is not None and not skip_fast and len(buf) > guess_above:
+                guess = buf.rfind(b"},")      # speculative: later cuts assume this one holds
+                if guess > 0:
+                    text = buf[:guess + 1]
+                    pending.append((pool.submit(fast, text), text, base))
+                    base += guess + 2
+                    buf = buf[guess + 2:]
+                    want = chunk
+                    if len(pending) <= workers:
+                        continue
+            skip_fast = False
+            if pending:
+                fut, text, pbase = pending.popleft()
+                events = fut.result()
+                if events is not None:
+                    pieces += 1
+                    yield EventPiece(events, text, pbase, columnar=True)
+                    continue
+                if _orjson is not None:       # declined: orjson decides whether the cut holds
+                    try:
+                        events = _orjson.loads(b"[" + text + b"]")
+                    except (_orjson.JSONDecodeError, RecursionError, MemoryError):
+                        events = None
+                if events:
+                    pieces += 1
+                    yield EventPiece(events, text, pbase)
+                    continue
+                for f, _, _ in pending:       # the cut did not hold: undo it and every later one
+                    f.cancel()
+                buf = b",".join([text] + [t for _, t, _ in pending] + [buf])
+                base = pbase
+                pending.clear()
+                skip_fast = True
+                continue
+            cut = end = -1
+            events = None
+            if len(buf) > guess_above:               # guess, let the parse prove it; scan only what is left
+                guess = buf.rfind(b"},")
+                if guess > 0:
+                    try:
+                        events = _orjson.loads(b"[" + buf[:guess + 1] + b"]") if _orjson is not None else None
+                        cut = guess + 1
+                    except (_orjson.JSONDecodeError, RecursionError, MemoryError):
+                        events = None
+            if events is None:
+                try:
+                    cut, end = _array_cuts(buf)
+                except _Invalid as e:
+                    raise BadTrace(f"invalid JSON at byte {base + e.pos}{of}: {e.msg}") from None
+                if end >= 0:
+                    cut = end
+                elif rd.eof:
+                    if cut >= 0:                   # whatever is complete must still be valid JSON
+                        _parse_piece(buf[:cut], base, of, empty_ok=False)
+                    raise BadTrace(f"truncated JSON (the file ends early, at byte {rd.pos}{of}, inside traceEvents)")
+                elif cut < 0:
+                    want = 2 * max(want, len(buf))    # one event larger than the chunk: read on
+                    continue
+                events = _parse_piece(buf[:cut], base, of, empty_ok=end >= 0 and pieces == 0)
+            elif not events:
+                raise BadTrace(f"invalid JSON at byte {base}{of}: empty element in traceEvents")
+            pieces += 1
+            yield EventPiece(events, buf[:cut], base)
+            events = None
+            if end >= 0:
+                break
+            base += cut + 1
+            buf = buf[cut + 1:]
+            want = chunk
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
     tail = buf[end + 1:]
     while not rd.eof:
         tail += rd.read()

@@ -1,0 +1,285 @@
+"""The fast path of the streaming reader: a piece of the traceEvents array parsed by pyarrow's C++ JSON reader
+straight into typed columns (no Python dict per event), then added to `ChunkedColumns` exactly as the dict
+path (`ChunkedColumns.add`) would add the same events.
+
+Why: building a Python dict per event and reading it back field by field is what bounds the dict path
+(~10 µs per event); Arrow's reader fills typed columns in C++.
+
+Trust: the fast path takes a piece only when it can prove the result is the dict path's. Otherwise it
+declines, before changing anything, and the piece goes through orjson and `ChunkedColumns.add`:
+
+- `parse_piece` declines text Arrow reads but orjson rejects (NaN/Infinity literals, invalid UTF-8) and
+  every piece Arrow cannot read into the fixed schema below: a field of another type than torch.profiler
+  writes (string pids/tids of 2021 traces, float tids, nested TensorList dims, a non-object event, ints
+  beyond int64, a duplicated field). It parses `{"e":[[` + piece + `]]}` and requires one outer element, so
+  the parse also proves the cut (a cut inside a string or a nested value, or past the array's end, fails).
+- `add_arrow_piece` declines pieces with the events whose dicts the dict path keeps (metadata "M", memory
+  "i", "B"/"E" pairs), a missing/null field where the dict path tells missing from null (Arrow cannot),
+  numbers beyond float64's exact integers, and GPU args the dict path reads value by value (beyond ±2**62,
+  the 2021 "external id" spelling).
+"""
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from neuron_studio.profiler import kineto, timebase
+from neuron_studio.profiler.importers.torch_chrome import gpu_rows
+
+if TYPE_CHECKING:
+    from neuron_studio.profiler.importers.chunked_columns import ChunkedColumns
+
+try:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+except ImportError:  # pragma: no cover - pyarrow is a dependency; the dict path stays correct without it
+    pa = None
+
+__all__ = ["parse_piece", "add_arrow_piece", "GPU_INT_ARGS"]
+
+#: GPU arg columns read from ints (output column -> the key torch.profiler writes); "external id" (2021)
+#: is in the schema only so that a piece using it is declined
+GPU_INT_ARGS = {"correlation": "correlation", "external_id": "External id", "stream": "stream",
+                "device": "device", "bytes": "bytes"}
+_BIG = 1 << 62
+_EXACT_INT = float(1 << 53)
+_DECLINED_PHASES = {"M", "i", "B", "E"}
+_INT64_MIN = np.iinfo(np.int64).min
+
+
+def _schema() -> Any:
+    args = pa.struct([("Input Dims", pa.list_(pa.list_(pa.int64()))), ("Input type", pa.list_(pa.string())),
+                      ("flops", pa.float64()), ("correlation", pa.int64()), ("External id", pa.int64()),
+                      ("external id", pa.int64()), ("stream", pa.int64()), ("device", pa.int64()),
+                      ("bytes", pa.int64()), ("grid", pa.list_(pa.int64())), ("block", pa.list_(pa.int64()))])
+    event = pa.struct([("ph", pa.string()), ("name", pa.string()), ("cat", pa.string()), ("ts", pa.float64()),
+                       ("dur", pa.float64()), ("pid", pa.int64()), ("tid", pa.int64()), ("args", args)])
+    return pa.schema([("e", pa.list_(pa.list_(event)))])
+
+
+_SCHEMA = _schema() if pa is not None else None
+
+
+def parse_piece(text: bytes) -> Any:
+    """The events of `text` (array elements between two separators of traceEvents) as an Arrow StructArray,
+    or None when Arrow cannot read them into the schema or the text is not JSON orjson accepts."""
+    if pa is None or not text:
+        return None
+    if b"NaN" in text or b"Infinity" in text:          # Arrow reads these literals, JSON has none
+        return None
+    if not text.isascii():
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    doc = b'{"e":[[' + text + b"]]}"
+    try:
+        table = pj.read_json(io.BytesIO(doc),
+                             read_options=pj.ReadOptions(block_size=len(doc) + 64, use_threads=False),
+                             parse_options=pj.ParseOptions(explicit_schema=_SCHEMA, newlines_in_values=True,
+                                                           unexpected_field_behavior="ignore"))
+    except (pa.ArrowException, ValueError, UnicodeDecodeError, OverflowError):
+        return None
+    if table.num_rows != 1:
+        return None
+    outer = table.column("e").combine_chunks()
+    if outer.null_count or len(outer.values) != 1 or outer.values.null_count:
+        return None                                   # `[[a], [b]]`: the piece closed the array it was cut from
+    events = outer.values.values
+    if not len(events) or events.null_count:
+        return None
+    return events
+
+
+def _np(a: Any, dtype: Any) -> np.ndarray:
+    return np.asarray(a.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def _codes(a: Any) -> tuple[np.ndarray, list]:
+    """Dictionary codes (in order of first appearance, as `pd.factorize`) and the distinct values."""
+    enc = pc.dictionary_encode(a)
+    return _np(enc.indices, np.int64), enc.dictionary.to_pylist()
+
+
+def _exact_float(x: np.ndarray) -> bool:
+    """Finite and within float64's exact integers (larger values the dict path checks or reads value by value)."""
+    return bool(np.isfinite(x).all()) and (not len(x) or float(np.abs(x).max()) < _EXACT_INT)
+
+
+def add_arrow_piece(cols: "ChunkedColumns", events: Any, text: bytes) -> bool:
+    """Add a piece parsed by `parse_piece` to `cols` as `cols.add` adds its dicts; False (nothing changed)
+    when the piece needs the dict path."""
+    n_events = len(events)
+    ph = events.field("ph")
+    kinds = set(pc.unique(ph).to_pylist())
+    if kinds & _DECLINED_PHASES:
+        return False
+    flows: list = []
+    if "s" in kinds:
+        s_cat = events.field("cat").filter(pc.fill_null(pc.equal(ph, "s"), False))
+        if s_cat.null_count:                          # missing ("") or null ("None"): Arrow cannot tell
+            return False
+        flows = s_cat.to_pylist()
+    is_x_arr = pc.fill_null(pc.equal(ph, "X"), False)
+    xs = events if kinds == {"X"} else events.filter(is_x_arr)
+    prep = _prepare(cols, xs, events, is_x_arr, text) if len(xs) else None
+    if len(xs) and prep is None:
+        return False
+    if flows:
+        cols.flow_counts.update(flows)
+    if prep is not None:
+        _commit(cols, prep)
+    cols.n_events += n_events
+    return True
+
+
+def _prepare(cols: "ChunkedColumns", xs: Any, events: Any, is_x_arr: Any, text: bytes) -> dict | None:
+    """Every column of the complete events, checked; None when the dict path must take the piece. Reads
+    `cols` but changes nothing."""
+    fields = {k: xs.field(k) for k in ("name", "cat", "ts", "dur", "tid", "pid")}
+    if any(f.null_count for f in fields.values()):    # missing keys have defaults in the dict path, nulls fail
+        return None
+    ts, dur = _np(fields["ts"], np.float64), _np(fields["dur"], np.float64)
+    if not _exact_float(ts) or not _exact_float(dur) or (dur < 0).any():
+        return None
+    tids, pids = _np(fields["tid"], np.int64), _np(fields["pid"], np.int64)
+    if (tids == _INT64_MIN).any() or (pids == _INT64_MIN).any():
+        return None
+    exact = _exact_ns(ts, events, is_x_arr, text)
+    if exact is False:
+        return None
+    p = {"ts": ts, "dur": dur, "tids": tids, "pids": pids, "exact": exact}
+    # the codes `cols` will give (new values take the next codes, in order of first appearance)
+    cat_raw, p["cat_values"] = _codes(fields["cat"])
+    cat_uni = list(cols.cat_uni)
+    remap = []
+    for c in p["cat_values"]:
+        code = cols.cat_code.get(c)
+        if code is None:
+            normal = kineto.normal_category(c)
+            if normal not in cat_uni:
+                cat_uni.append(normal)
+            code = cat_uni.index(normal)
+        remap.append(code)
+    cat_codes = p["cat_codes"] = np.asarray(remap, dtype=np.int64)[cat_raw]
+    name_raw, p["name_values"] = _codes(fields["name"])
+    p["name_raw"] = name_raw
+    keep = cat_codes != cat_uni.index("Trace") if "Trace" in cat_uni else np.ones(len(xs), dtype=bool)
+    args = None
+    p["ops"] = p["gpu"] = None
+    if "cpu_op" in cat_uni:
+        known = cols.name_index
+        name_is_op = np.asarray([cols.is_op[known[x]] if x in known else bool(kineto.is_op_name(x))
+                                 for x in p["name_values"]], dtype=bool)
+        rows = np.flatnonzero(name_is_op[name_raw] & (cat_codes == cat_uni.index("cpu_op")) & keep)
+        if len(rows):
+            args = _args_of(xs)
+            p["ops"] = _op_values(args, rows)
+            if p["ops"] is None:
+                return None
+    wanted = gpu_rows(cat_codes, cat_uni, keep)
+    if len(wanted):
+        p["gpu"] = _gpu_values(_args_of(xs) if args is None else args, wanted)
+        if p["gpu"] is None:
+            return None
+    return p
+
+
+def _exact_ns(ts: np.ndarray, events: Any, is_x_arr: Any, text: bytes) -> Any:
+    """As `ChunkedColumns._add_exact`: None when float64 holds the piece's start times exactly, else their
+    ns from the text, or "failed" when the text does not match (the trace then keeps float64)."""
+    if np.abs(ts).max() < timebase.EXACT_US_LIMIT and (np.rint(ts * 1000.0) / 1000.0 == ts).all():
+        return None
+    all_ts_arr = events.field("ts")
+    has_ts = _np(all_ts_arr.is_valid(), bool)
+    all_ts = _np(all_ts_arr.drop_null(), np.float64)
+    if not np.isfinite(all_ts).all():
+        return False
+    exact = timebase.scan_us_field(text, "ts", all_ts)
+    if exact is None:
+        return "failed"
+    is_x = _np(is_x_arr, bool)
+    return exact[(np.cumsum(has_ts) - 1)[is_x]]
+
+
+def _args_of(xs: Any) -> dict:
+    """The args fields, each with the event's validity (an event without args has none of them)."""
+    return {f.name: a for f, a in zip(xs.type.field("args").type, xs.field("args").flatten())}
+
+
+def _op_values(args: dict, rows: np.ndarray) -> dict | None:
+    """As `op_arg_values` and `ChunkedColumns._size_args`: per op row its "Input Dims" as text (None when not
+    recorded), its FLOPs (0 when absent or absurd), its dims and types."""
+    take = pa.array(rows)
+    fl = _np(pc.fill_null(args["flops"].take(take), 0.0), np.float64)
+    if not _exact_float(fl):                          # ints beyond 2**53: the dict path rounds them itself
+        return None
+    dims = args["Input Dims"].take(take).to_pylist()
+    types = args["Input type"].take(take).to_pylist()
+    return {"rows": rows, "dims": dims, "types": types, "shapes": [None if d is None else str(d) for d in dims],
+            "flops": np.where((fl >= 0) & (fl < 1e24), fl, 0.0).tolist()}
+
+
+def _gpu_values(args: dict, wanted: np.ndarray) -> dict | None:
+    """As `gpu_arg_columns` over the GPU rows; also the int columns with absent values (the dict path reads
+    an explicit null value by value: `ChunkedColumns` checks at the end that this cannot matter)."""
+    take = pa.array(wanted)
+    if args["external id"].take(take).null_count != len(wanted):
+        return None                                   # 2021 spelling: the dict path picks per value
+    out: dict = {}
+    nulls = set()
+    for col, key in GPU_INT_ARGS.items():
+        a = args[key].take(take)
+        out[col] = _np(pc.fill_null(a, -1), np.int64)
+        if a.null_count or (col == "external_id" and (out[col] == -1).any()):
+            nulls.add(col)
+    for col in ("grid", "block"):
+        vals = args[col].take(take).to_pylist()
+        memo: dict = {}
+        text = np.full(len(vals), None, dtype=object)
+        for j, v in enumerate(vals):
+            if v is None:
+                continue
+            t = tuple(v)
+            s = memo.get(t, memo)
+            if s is memo:
+                s = memo[t] = ",".join(map(str, v)) if None not in t else None
+            text[j] = s
+        out[col] = text
+    return {"rows": wanted, "cols": out, "nulls": nulls}
+
+
+def _commit(cols: "ChunkedColumns", p: dict) -> None:
+    for c in p["cat_values"]:
+        cols._cat(c)                                  # gives the codes `_prepare` foresaw
+    name_codes = np.asarray([cols._name(x) for x in p["name_values"]], dtype=np.int64)[p["name_raw"]]
+    ops = p["ops"]
+    if ops is not None:
+        memo = cols._args_memo
+        keys = list(zip(ops["shapes"], [None if t is None else tuple(t) for t in ops["types"]]))
+        first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
+        for k, j in first.items():
+            if k not in memo:
+                memo[k] = {"Input Dims": ops["dims"][j] if k[0] is not None else None, "Input type": ops["types"][j]}
+        cols.op_rows.append(ops["rows"] + cols.n)
+        cols.op_shapes += ops["shapes"]
+        cols.op_flops += ops["flops"]
+        cols.op_args += list(map(memo.__getitem__, keys))
+    gpu = p["gpu"]
+    if gpu is not None:
+        cols.gpu_idx.append(gpu["rows"] + cols.n)
+        for k, v in gpu["cols"].items():
+            cols.gpu_vals.setdefault(k, []).append(v)
+        cols.fast_null_cols |= gpu["nulls"]
+    for k, v in (("name", name_codes), ("cat", p["cat_codes"]), ("ts", p["ts"]), ("dur", p["dur"]),
+                 ("tid", p["tids"]), ("pid", p["pids"])):
+        cols.cols[k].append(v)
+    exact = p["exact"]
+    if isinstance(exact, str):
+        cols.scan_failed = True
+        exact = None
+    cols.exact.append(exact)
+    cols.n += len(p["ts"])
