@@ -99,9 +99,10 @@ def _np(a: Any, dtype: Any) -> np.ndarray:
 
 
 def _codes(a: Any) -> tuple[np.ndarray, list]:
-    """Dictionary codes (in order of first appearance, as `pd.factorize`) and the distinct values."""
+    """Dictionary codes (in order of first appearance, as `pd.factorize`; -1 for null) and the distinct values."""
     enc = pc.dictionary_encode(a)
-    return _np(enc.indices, np.int64), enc.dictionary.to_pylist()
+    idx = enc.indices
+    return _np(pc.fill_null(idx, -1) if idx.null_count else idx, np.int64), enc.dictionary.to_pylist()
 
 
 def _exact_float(x: np.ndarray) -> bool:
@@ -210,16 +211,52 @@ def _args_of(xs: Any) -> dict:
     return {f.name: a for f, a in zip(xs.type.field("args").type, xs.field("args").flatten())}
 
 
+def _wrap(x: Any) -> Any:
+    return pc.binary_join_element_wise(pa.scalar("["), x, pa.scalar("]"), "")
+
+
+def _dims_text(dims: Any) -> Any:
+    """"Input Dims" (list<list<int64>>) as `str()` writes the Python list ("[[512, 1024], []]", null when
+    not recorded); None when an inner list is null or holds a null (written "None": left to the dict path)."""
+    inner = dims.flatten()
+    if inner.null_count or pc.list_flatten(inner).null_count:
+        return None
+    inner_txt = _wrap(pc.binary_join(pc.cast(inner, pa.list_(pa.string())), ", "))
+    outer = pa.ListArray.from_arrays(dims.offsets, inner_txt, mask=dims.is_null())
+    return _wrap(pc.binary_join(outer, ", "))
+
+
+def _types_key(types: Any) -> Any:
+    """"Input type" (list<string>) as one string per row that tells different lists apart (their length,
+    then the items joined by \x1f); None when an item is null or holds \x1f (left to the dict path)."""
+    items = pc.list_flatten(types)
+    if items.null_count or pc.any(pc.match_substring(items, "\x1f")).as_py():
+        return None
+    length = pc.cast(pc.list_value_length(types), pa.string())
+    return pc.binary_join_element_wise(length, pc.binary_join(types, "\x1f"), "\x1f")
+
+
 def _op_values(args: dict, rows: np.ndarray) -> dict | None:
     """As `op_arg_values` and `ChunkedColumns._size_args`: per op row its "Input Dims" as text (None when not
-    recorded), its FLOPs (0 when absent or absurd), its dims and types."""
+    recorded), its FLOPs (0 when absent or absurd), and its (dims, types) group; per group the dims, types
+    and text (each computed once per distinct pair, from its first row)."""
     take = pa.array(rows)
     fl = _np(pc.fill_null(args["flops"].take(take), 0.0), np.float64)
     if not _exact_float(fl):                          # ints beyond 2**53: the dict path rounds them itself
         return None
-    dims = args["Input Dims"].take(take).to_pylist()
-    types = args["Input type"].take(take).to_pylist()
-    return {"rows": rows, "dims": dims, "types": types, "shapes": [None if d is None else str(d) for d in dims],
+    dims = args["Input Dims"].take(take)
+    types = args["Input type"].take(take)
+    text, tkey = _dims_text(dims), _types_key(types)
+    if text is None or tkey is None:
+        return None
+    key = pc.binary_join_element_wise(pc.fill_null(text, "~"), pc.fill_null(tkey, "~"), "\x1e")
+    codes, _ = _codes(key)
+    _, first = np.unique(codes, return_index=True)    # codes run 0..k-1 in order of first appearance
+    first_l = first.tolist()
+    g_dims = dims.take(pa.array(first)).to_pylist()
+    g_types = types.take(pa.array(first)).to_pylist()
+    g_text = text.take(pa.array(first)).to_pylist()
+    return {"rows": rows, "codes": codes, "first": first_l, "dims": g_dims, "types": g_types, "text": g_text,
             "flops": np.where((fl >= 0) & (fl < 1e24), fl, 0.0).tolist()}
 
 
@@ -236,18 +273,13 @@ def _gpu_values(args: dict, wanted: np.ndarray) -> dict | None:
         out[col] = _np(pc.fill_null(a, -1), np.int64)
         if a.null_count or (col == "external_id" and (out[col] == -1).any()):
             nulls.add(col)
-    for col in ("grid", "block"):
-        vals = args[col].take(take).to_pylist()
-        memo: dict = {}
-        text = np.full(len(vals), None, dtype=object)
-        for j, v in enumerate(vals):
-            if v is None:
-                continue
-            t = tuple(v)
-            s = memo.get(t, memo)
-            if s is memo:
-                s = memo[t] = ",".join(map(str, v)) if None not in t else None
-            text[j] = s
+    for col in ("grid", "block"):                     # "x,y,z"; None when absent or an item is null
+        joined = pc.binary_join(pc.cast(args[col].take(take), pa.list_(pa.string())), ",")
+        codes, uni = _codes(joined)
+        text = np.full(len(wanted), None, dtype=object)
+        valid = codes >= 0
+        if valid.any():
+            text[valid] = np.asarray(uni + [None], dtype=object)[codes[valid]]
         out[col] = text
     return {"rows": wanted, "cols": out, "nulls": nulls}
 
@@ -257,17 +289,22 @@ def _commit(cols: "ChunkedColumns", p: dict) -> None:
         cols._cat(c)                                  # gives the codes `_prepare` foresaw
     name_codes = np.asarray([cols._name(x) for x in p["name_values"]], dtype=np.int64)[p["name_raw"]]
     ops = p["ops"]
-    if ops is not None:
+    if ops is not None:                               # as `ChunkedColumns._size_args`, once per group
         memo = cols._args_memo
-        keys = list(zip(ops["shapes"], [None if t is None else tuple(t) for t in ops["types"]]))
-        first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))
-        for k, j in first.items():
+        records, texts = [], []
+        for d, t, x in zip(ops["dims"], ops["types"], ops["text"]):
+            k = (x, None if t is None else tuple(t))
             if k not in memo:
-                memo[k] = {"Input Dims": ops["dims"][j] if k[0] is not None else None, "Input type": ops["types"][j]}
+                memo[k] = {"Input Dims": d if x is not None else None, "Input type": t}
+            records.append(memo[k])
+            texts.append(x)
+        codes = ops["codes"]
         cols.op_rows.append(ops["rows"] + cols.n)
-        cols.op_shapes += ops["shapes"]
+        cols.op_shapes += np.asarray(texts, dtype=object)[codes].tolist()
         cols.op_flops += ops["flops"]
-        cols.op_args += list(map(memo.__getitem__, keys))
+        rec = np.empty(len(records), dtype=object)
+        rec[:] = records
+        cols.op_args += rec[codes].tolist()
     gpu = p["gpu"]
     if gpu is not None:
         cols.gpu_idx.append(gpu["rows"] + cols.n)

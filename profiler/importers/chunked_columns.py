@@ -45,9 +45,10 @@ _CHECK_FAILED = (BadTrace, KeyError, TypeError, ValueError, IndexError, Attribut
 
 
 def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_above: int = GUESS_ABOVE,
-                 fast: bool = True) -> Trace:
+                 fast: bool = True, report: dict | None = None) -> Trace:
     """A plain Chrome trace (JSON, optionally gzip) read from `fh` in pieces of about `chunk` bytes; with
-    `fast`, each piece is first offered to the columnar fast path (`arrow_pieces`), else parsed into dicts.
+    `fast`, each piece is first offered to the columnar fast path (`arrow_pieces`), else parsed into dicts;
+    `report` receives the number of pieces the fast path took ("pieces_fast") and declined, and all pieces.
 
     Raises BadTrace for text that is not valid JSON inside traceEvents (with its byte offset), NotStreamable
     when the document is another kind (ours, no traceEvents array) or fails a check (read it whole)."""
@@ -59,6 +60,8 @@ def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_abo
             cols.add(piece)
         except _CHECK_FAILED as e:
             raise NotStreamable(f"check failed ({type(e).__name__})") from None
+    if report is not None:
+        report.update(pieces=cols.pieces, pieces_fast=cols.pieces_fast, pieces_declined=cols.pieces_declined)
     try:
         return cols.finish(streamed, name)
     except _CHECK_FAILED as e:
@@ -116,10 +119,11 @@ class ChunkedColumns:
         self.be_pos: list[int] = []
         self.has_b = False
         self.fast_null_cols: set = set()            # GPU int columns where a fast piece had absent values
-        self.pieces_fast = self.pieces_declined = 0
+        self.pieces = self.pieces_fast = self.pieces_declined = 0   # all / taken by / declined by the fast path
 
     # -- per piece ----------------------------------------------------------------------------------------
     def add(self, piece: EventPiece) -> None:
+        self.pieces += 1
         if piece.columnar:
             if add_arrow_piece(self, piece.events, piece.text):
                 self.pieces_fast += 1

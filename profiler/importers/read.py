@@ -22,10 +22,16 @@ from neuron_studio.profiler.trace import Trace, TraceFormatError
 __all__ = ["read_trace", "read_trace_bytes", "read_trace_whole", "trace_from_chrome"]
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
+def read_trace(path: str | os.PathLike, *, columnar: bool = True, report: dict | None = None) -> Trace:
     """Read a trace file or directory (format detected from the content). A plain torch.profiler trace is
-    read in bounded pieces (`chunked_columns`); anything else, or a file failing a check, is read whole."""
-    return _read_path(path, lambda p, name: _streamed(lambda: open(p, "rb"), p.read_bytes, name))
+    read in bounded pieces (`chunked_columns`), each through the columnar fast path where it provably gives
+    the same events (`columnar=False`: never); anything else, or a file failing a check, is read whole.
+    `report`, when given, receives which reader took the file ("parquet", "stream" or "whole") and, for a
+    streamed file, how many pieces took the fast path and how many it declined."""
+    report = {} if report is None else report
+    if Path(path).is_dir():
+        report["reader"] = "parquet"
+    return _read_path(path, lambda p, name: _streamed(lambda: open(p, "rb"), p.read_bytes, name, columnar, report))
 
 
 def read_trace_bytes(data: bytes, *, name: str = "<memory>") -> Trace:
@@ -62,18 +68,22 @@ def _whole_file(p: Path, name: str) -> Trace:
     return trace_from_chrome(doc, name=name, raw=raw)
 
 
-def _streamed(opener: Any, whole: Any, name: str) -> Trace:
+def _streamed(opener: Any, whole: Any, name: str, columnar: bool = True, report: dict | None = None) -> Trace:
     """Stream the document; read it whole when it is not a plain Chrome trace or fails a check."""
+    report = {} if report is None else report
+
     def stream() -> Trace | None:
         try:
             with opener() as fh:
-                return stream_trace(fh, name)
+                return stream_trace(fh, name, fast=columnar, report=report)
         except NotStreamable:
             return None
 
     trace = _guard(name, stream)
     if trace is not None:
+        report["reader"] = "stream"
         return trace
+    report["reader"] = "whole"
     # the file's bytes live only while they are parsed, unless its timestamps need their decimal text
     doc, raw = _guard(name, lambda: _parse(whole()))
     return trace_from_chrome(doc, name=name, raw=raw)
