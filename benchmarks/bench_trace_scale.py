@@ -7,15 +7,20 @@ flow pair linking them, plus ProfilerStep annotations; the same trace is also wr
 directory. Then, each in a fresh subprocess (seconds and CPU seconds after imports, peak RSS of the process
 after the import and at the end):
 
-- ours, JSON streaming:  read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path
+- ours, JSON columnar:   read_trace(json) + Profile.from_trace + op_table + engine_utilization + hot_path
                          + roofline + cpu_fallbacks + sync_points + kernel_breakdown + temporal_breakdown
-                         + gpu_vs_trainium
+                         + gpu_vs_trainium (the default reader: streamed pieces through the columnar fast path)
+- ours, JSON dicts:      the same with read_trace(json, columnar=False) (streamed pieces parsed into dicts)
 - ours, JSON whole:      the same with read_trace_whole (parses the whole document first: the old reader)
 - ours, Parquet:         the same from the Parquet directory
 - HTA:                   TraceAnalysis(trace_dir=...) (parse) + get_gpu_kernel_breakdown(visualize=False)
 
     python benchmarks/bench_trace_scale.py [--events 1000000] [--dir /tmp/trace-scale] [--skip-hta]
-                                           [--hta-python PATH]
+                                           [--hta-python PATH] [--timeout SECONDS] [--reuse]
+
+Each worker's report names the reader that took the file and, for a streamed file, how many pieces the
+columnar fast path took and declined. Every worker runs under a timeout (a run that exceeds it is reported as
+failed, naming the worker); --reuse keeps an existing trace of the requested size instead of regenerating it.
 
 Goal: import ≤ 5 s and ≤ 1 GB peak RSS for the 1M-event JSON trace, ≤ 0.5x HTA's time. HTA is not a
 dependency: install it into a separate virtualenv (`python -m venv hta-venv && hta-venv/bin/pip install
@@ -137,14 +142,15 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def worker_ours(path: str, whole: bool = False) -> dict:
+def worker_ours(path: str, whole: bool = False, columnar: bool = True) -> dict:
     from neuron_studio.profiler.importers import read_trace
     from neuron_studio.profiler.importers.read import read_trace_whole
     from neuron_studio.profiler.profile import Profile
 
     base = _rss_mb()
     t0, c0 = time.perf_counter(), time.process_time()
-    trace = (read_trace_whole if whole else read_trace)(path)
+    report: dict = {"reader": "whole"}
+    trace = read_trace_whole(path) if whole else read_trace(path, columnar=columnar, report=report)
     t1, c1 = time.perf_counter(), time.process_time()
     import_rss = _rss_mb()
     prof = Profile.from_trace(trace, kernel_lookup=None)
@@ -163,7 +169,14 @@ def worker_ours(path: str, whole: bool = False) -> dict:
             "analyses_s": t3 - t2, "import_peak_rss_mb": import_rss, "peak_rss_mb": _rss_mb(),
             "baseline_rss_mb": base, "ops": len(trace.ops), "host_events": len(trace.host),
             "top_op": str(table["key"].iloc[0]) if len(table) else None, "hot_ops": len(hot),
-            "kernels": int(len(kernels))}
+            "kernels": int(len(kernels)), "path": _path_of(report)}
+
+
+def _path_of(report: dict) -> str:
+    if report.get("reader") != "stream":
+        return report.get("reader", "?")
+    return (f"stream: {report['pieces_fast']}/{report['pieces']} pieces columnar, "
+            f"{report['pieces_declined']} declined")
 
 
 def worker_hta(trace_dir: str) -> dict:
@@ -185,9 +198,12 @@ def worker_hta(trace_dir: str) -> dict:
             "top_kernel_type": str(kernel_type_df["kernel_type"].iloc[0]) if len(kernel_type_df) else None}
 
 
-def _run_worker(kind: str, target: Path, python: str = sys.executable) -> dict:
+def _run_worker(kind: str, target: Path, python: str = sys.executable, timeout: float = 900.0) -> dict:
     cmd = [python, __file__, "--worker", kind, str(target)]
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"worker {kind!r} on {target} did not finish within {timeout:.0f} s (--timeout)"}
     if out.returncode != 0:
         return {"error": (out.stderr.strip().splitlines() or ["?"])[-1][:300]}
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -203,11 +219,14 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=Path("/tmp/neuron-studio-trace-scale"))
     ap.add_argument("--skip-hta", action="store_true")
     ap.add_argument("--hta-python", default=sys.executable, help="interpreter with HolisticTraceAnalysis installed")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds each worker may take")
+    ap.add_argument("--reuse", action="store_true", help="keep an existing trace with the requested events")
     ap.add_argument("--worker", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         kind, target = args.worker
-        res = worker_hta(target) if kind == "hta" else worker_ours(target, whole=kind == "ours-whole")
+        res = worker_hta(target) if kind == "hta" else worker_ours(target, whole=kind == "ours-whole",
+                                                                   columnar=kind != "ours-dicts")
         print(json.dumps(res))
         return
 
@@ -218,7 +237,13 @@ def main() -> None:
     hta_dir.mkdir(parents=True, exist_ok=True)
     js = hta_dir / "rank0.trace.json"
     t = time.perf_counter()
-    n = generate(js, args.events)
+    stamp = args.dir / "events.txt"
+    kept = stamp.read_text().split() if args.reuse and js.exists() and stamp.exists() else []
+    if kept[:1] == [str(args.events)] and kept[2:] == [str(js.stat().st_size)]:
+        n = int(kept[1])
+    else:
+        n = generate(js, args.events)
+        stamp.write_text(f"{args.events} {n} {js.stat().st_size}")
     gen_s = time.perf_counter() - t
     t = time.perf_counter()
     pq_dir = to_parquet(read_trace(js), args.dir / "trace.nstrace")
@@ -227,11 +252,15 @@ def main() -> None:
           f"Parquet {sum(f.stat().st_size for f in pq_dir.iterdir()) / 1e6:.1f} MB (converted in {conv_s:.1f} s)")
     print(f"load average (1/5/15 min) before: {_load()} on {os.cpu_count()} CPUs")
 
-    rows = [("JSON streaming", _run_worker("ours", js)), ("JSON whole (old)", _run_worker("ours-whole", js)),
-            ("Parquet", _run_worker("ours", pq_dir))]
+    to = args.timeout
+    rows = [("JSON columnar", _run_worker("ours", js, timeout=to)),
+            ("JSON dicts", _run_worker("ours-dicts", js, timeout=to)),
+            ("JSON whole (old)", _run_worker("ours-whole", js, timeout=to)),
+            ("Parquet", _run_worker("ours", pq_dir, timeout=to))]
     if not args.skip_hta:
-        rows.append(("HTA (JSON)", _run_worker("hta", hta_dir, args.hta_python)))
+        rows.append(("HTA (JSON)", _run_worker("hta", hta_dir, args.hta_python, timeout=to)))
     print(f"load average after: {_load()}")
+    failed = [name for name, r in rows if "error" in r]
     print(f"{'tool':<18}{'total s':>9}{'import s':>10}{'import cpu s':>14}{'analyses s':>12}"
           f"{'RSS import MB':>15}{'peak RSS MB':>13}  detail")
     for name, r in rows:
@@ -239,20 +268,27 @@ def main() -> None:
             print(f"{name:<18}  failed: {r['error']}")
             continue
         detail = {k: v for k, v in r.items() if k in ("ops", "host_events", "top_op", "kernels", "top_kernel_type",
-                                                      "model_s")}
+                                                      "model_s", "path")}
         print(f"{name:<18}{r['seconds']:>9.2f}{r['import_s']:>10.2f}{r['import_cpu_s']:>14.2f}"
               f"{r['analyses_s']:>12.2f}{r['import_peak_rss_mb']:>15.0f}{r['peak_rss_mb']:>13.0f}  {detail}")
     res = dict(rows)
-    for ref in ("JSON whole (old)", "HTA (JSON)"):
+    for ref in ("JSON dicts", "JSON whole (old)", "HTA (JSON)"):
         base = res.get(ref)
         if not base or "error" in base:
             continue
-        for name in ("JSON streaming", "Parquet"):
+        for name in ("JSON columnar", "Parquet"):
             r = res[name]
             if "error" not in r:
                 print(f"{name} / {ref}: import time {r['import_s'] / base['import_s']:.2f}x, import CPU "
                       f"{r['import_cpu_s'] / base['import_cpu_s']:.2f}x, total {r['seconds'] / base['seconds']:.2f}x, "
                       f"peak memory {r['peak_rss_mb'] / base['peak_rss_mb']:.2f}x")
+    r = res["JSON columnar"]
+    if "error" not in r:
+        ok = r["import_s"] <= 5.0 and r["import_peak_rss_mb"] <= 1024
+        print(f"goal (import <= 5 s and <= 1 GB peak RSS): {'met' if ok else 'NOT met'} "
+              f"({r['import_s']:.2f} s, {r['import_peak_rss_mb']:.0f} MB; load average {_load()})")
+    if failed:
+        sys.exit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -21,15 +21,12 @@ declines, before changing anything, and the piece goes through orjson and `Chunk
 from __future__ import annotations
 
 import io
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from neuron_studio.profiler import kineto, timebase
 from neuron_studio.profiler.importers.torch_chrome import gpu_rows
-
-if TYPE_CHECKING:
-    from neuron_studio.profiler.importers.chunked_columns import ChunkedColumns
 
 try:
     import pyarrow as pa
@@ -110,7 +107,7 @@ def _exact_float(x: np.ndarray) -> bool:
     return bool(np.isfinite(x).all()) and (not len(x) or float(np.abs(x).max()) < _EXACT_INT)
 
 
-def add_arrow_piece(cols: "ChunkedColumns", events: Any, text: bytes) -> bool:
+def add_arrow_piece(cols: Any, events: Any, text: bytes) -> bool:
     """Add a piece parsed by `parse_piece` to `cols` as `cols.add` adds its dicts; False (nothing changed)
     when the piece needs the dict path."""
     n_events = len(events)
@@ -126,7 +123,10 @@ def add_arrow_piece(cols: "ChunkedColumns", events: Any, text: bytes) -> bool:
         flows = s_cat.to_pylist()
     is_x_arr = pc.fill_null(pc.equal(ph, "X"), False)
     xs = events if kinds == {"X"} else events.filter(is_x_arr)
-    prep = _prepare(cols, xs, events, is_x_arr, text) if len(xs) else None
+    try:
+        prep = _prepare(cols, xs, events, is_x_arr, text) if len(xs) else None
+    except pa.ArrowException:                         # a conversion Arrow does not offer: the dict path reads it
+        return False
     if len(xs) and prep is None:
         return False
     if flows:
@@ -137,7 +137,7 @@ def add_arrow_piece(cols: "ChunkedColumns", events: Any, text: bytes) -> bool:
     return True
 
 
-def _prepare(cols: "ChunkedColumns", xs: Any, events: Any, is_x_arr: Any, text: bytes) -> dict | None:
+def _prepare(cols: Any, xs: Any, events: Any, is_x_arr: Any, text: bytes) -> dict | None:
     """Every column of the complete events, checked; None when the dict path must take the piece. Reads
     `cols` but changes nothing."""
     fields = {k: xs.field(k) for k in ("name", "cat", "ts", "dur", "tid", "pid")}
@@ -284,7 +284,7 @@ def _gpu_values(args: dict, wanted: np.ndarray) -> dict | None:
     return {"rows": wanted, "cols": out, "nulls": nulls}
 
 
-def _commit(cols: "ChunkedColumns", p: dict) -> None:
+def _commit(cols: Any, p: dict) -> None:
     for c in p["cat_values"]:
         cols._cat(c)                                  # gives the codes `_prepare` foresaw
     name_codes = np.asarray([cols._name(x) for x in p["name_values"]], dtype=np.int64)[p["name_raw"]]

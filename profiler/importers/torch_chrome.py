@@ -317,8 +317,14 @@ def _region_values(ev: EventColumns, is_cpu_op: np.ndarray, leaf_rows: np.ndarra
 def _sizes(names: list, in_shapes: list, flops: list, row_args: list[dict]) -> list[tuple]:
     """`derive_sizes` per op row, computed once per distinct (name, inputs, flops)."""
     memo: dict[tuple, tuple] = {}
+    by_record: dict[tuple, tuple] = {}       # the streamed readers share one args record per distinct inputs
     derived = []
     for nm, sh, fl, a in zip(names, in_shapes, flops, row_args):
+        fast_key = (nm, sh, id(a), fl)
+        r = by_record.get(fast_key)
+        if r is not None:
+            derived.append(r)
+            continue
         types = a.get("Input type")
         try:
             key = (nm, sh, tuple(types) if type(types) is list else types, fl)
@@ -328,6 +334,7 @@ def _sizes(names: list, in_shapes: list, flops: list, row_args: list[dict]) -> l
             r = memo.get(key)
         if r is None:
             r = memo[key] = derive_sizes(nm, a.get("Input Dims"), types, fl)
+        by_record[fast_key] = r
         derived.append(r)
     return derived
 

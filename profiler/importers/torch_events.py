@@ -7,6 +7,7 @@ from itertools import compress, repeat
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from neuron_studio.profiler import timebase
 from neuron_studio.profiler.importers.common import BadTrace
@@ -134,9 +135,9 @@ def port_fallbacks(names: np.ndarray) -> np.ndarray:
     out = np.full(len(names), None, dtype=object)
     if not len(names):
         return out
-    uniq, inv = np.unique(np.asarray(names, dtype=object).astype(str), return_inverse=True)
+    inv, uniq = pd.factorize(np.asarray(names, dtype=object), use_na_sentinel=False)
     per = []
-    for u in uniq:
+    for u in map(str, uniq):
         reason = cov.fallback_ops.get(u)
         if reason is None and u.split("::", 1)[0] not in LOWERED_NAMESPACES:
             reason = "no_lowering"
