@@ -168,5 +168,17 @@ def test_insert_and_run_measures_the_prediction(lab: dict, page) -> None:  # noq
     assert src[1] == CELL and len(src) == 6
     assert src[2] == f"%%neuron --name first-step-eager-trn1 --mode eager --chip trn1 --compare {run_id}\n{BODY}"
     page.screenshot(path=str(ARTIFACTS / "insert_04-from-panel.png"))
+
+    # -- the notebook closed: the panel's button says so and inserts nothing --
+    page.evaluate(
+        """() => { for (const x of window.jupyterapp.shell.widgets('main')) {
+                if (x.context && x.context.path === 'variant.ipynb') { x.context.model.dirty = false; x.dispose(); } }
+            window.jupyterapp.shell.activateById('neuron-studio-profiler'); }""")
+    row = _row(detail, "compile on trn2")
+    row.locator("button.ns-InsertRun[data-run='true']").click()
+    status = row.locator(".ns-InsertStatus.ns-mod-error")
+    status.wait_for(timeout=15_000)
+    assert "variant.ipynb is not open" in status.inner_text() and "copy the line" in status.inner_text()
+    assert page.evaluate("window.jupyterapp.shell.currentWidget.id") == "neuron-studio-profiler"
     assert not page.errors, page.errors  # type: ignore[attr-defined]
     print(f"insert-variant browser test: {time.monotonic() - t0:.1f} s")
