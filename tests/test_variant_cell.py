@@ -150,6 +150,9 @@ def test_tutorial_01_adaptive_variant_measures_the_prediction(ip):
     assert row["cell"] == ("%%neuron --name first-step-adaptive-trn2 --mode adaptive --chip trn2 "
                            f"--compare {prof.run_id}\n" + TUTORIAL_01.split("\n", 1)[1])
     assert row["run"] == row["cell"].split("\n", 1)[0]
+    wi = prof.what_if(chips=["trn2"])
+    assert wi["current"].iloc[0] and wi["cell"].iloc[0] is None     # the profile's own row has no variant cell
+    assert wi["cell"].iloc[1:].map(lambda c: isinstance(c, str)).all()
     ran = _run(ip, row["cell"])
     assert (ran.trace.mode, ran.summary.chip, ran.trace.meta["name"]) == ("adaptive", "trn2", "first-step-adaptive-trn2")
     # the gradients the first run left make backward accumulate (a few more ops): inside the range, not equal

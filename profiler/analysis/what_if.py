@@ -297,4 +297,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
         line, new = _variant(cell, k.get("run"), run_id)
         rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kernel=str(k["kernel"]),
                          current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=line, cell=new))
-    return pd.DataFrame(rows, columns=COLUMNS)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    for col in ("kernel", "run", "cell"):   # missing stays None (pandas makes a None in a str column's first row NaN)
+        df[col] = df[col].astype(object).where(df[col].notna(), None)
+    return df
