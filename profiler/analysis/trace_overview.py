@@ -55,6 +55,7 @@ def trace_overview(prof: Any, width_px: int = OVERVIEW_WIDTH_PX) -> dict[str, An
             "output_shapes": joined["output_shapes"].fillna("").astype(str).to_numpy()
             if "output_shapes" in joined else np.full(len(m), "")}
     engines = m["engine"].astype(str).to_numpy()
+    flops = m["flops"].to_numpy(np.float64) if "flops" in m else None
     intern: dict[str, int] = {}
     ops: dict[str, dict[str, Any]] = {}
     out_lanes = []
@@ -67,7 +68,7 @@ def trace_overview(prof: Any, width_px: int = OVERVIEW_WIDTH_PX) -> dict[str, An
             ops.setdefault(str(int(seq[r])), {
                 "module": text["module"][r], "source": text["source"][r], "engine": engines[r],
                 "input_shapes": text["input_shapes"][r], "output_shapes": text["output_shapes"][r],
-                "flops": float(m["flops"].iat[r]) if "flops" in m else None})
+                "flops": float(flops[r]) if flops is not None else None})
     return {"origin_ns": lo, "start_ns": lo, "end_ns": hi, "width_px": width_px, "px_ns": px_ns,
             "run_start_ns": lo, "run_end_ns": hi, "total_ops": int(len(m)), "names": list(intern),
             "steps": [{"step": s, "start": t - lo} for s, t in lanes.steps if s >= 0],
