@@ -353,6 +353,19 @@ def test_run_store_and_trace_modules_load_without_torch() -> None:
     assert out.stdout.split() == ["RunStore", "True", "build_lanes", "False", "False"]
 
 
+def test_extension_install_always_builds_the_frontend_from_its_sources() -> None:
+    """`pip install ./extension` (run.sh's install) builds the labextension from src/ every time: with the
+    builder's skip-if-exists, a prebuilt bundle left in the checkout by an earlier build was shipped instead
+    (a stale UI; the trace viewer missing and bench_viewer waiting for it)."""
+    import tomllib
+
+    conf = tomllib.loads((Path(core.__file__).parents[1] / "pyproject.toml").read_text())
+    builder = conf["tool"]["hatch"]["build"]["hooks"]["jupyter-builder"]
+    assert builder["build-function"] == "hatch_jupyter_builder.npm_builder"
+    assert builder["build-kwargs"]["build_cmd"] == "build:prod"
+    assert "skip-if-exists" not in builder and "skip_if_exists" not in builder.get("build-kwargs", {})
+
+
 def test_labextension_is_installed_and_enabled():
     """`pip install ./extension` ships the prebuilt labextension: JupyterLab lists it as enabled."""
     import shutil
