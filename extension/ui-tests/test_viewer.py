@@ -226,6 +226,52 @@ def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, pag
     page.close()
 
 
+def test_zoom_frames_repaint_the_viewer_not_the_panel(lab: dict, page) -> None:  # noqa: ANN001
+    """A zoom/pan frame changes the canvas, the range and maybe the status: the viewer is a layer of its own,
+    so the browser repaints it, not the whole Neuron Profiler panel around it (its summary, tables and op
+    list: tens of ms a frame with software raster). Read from Chromium's own paint events (CDP tracing)."""
+    page = page.context.new_page()
+    page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-paint?reset&token={TOKEN}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                           "'neuron-studio:open-profiler')", timeout=60_000)
+    page.evaluate("([rid]) => window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
+                  "{path: 'v.ipynb', runId: rid}).then(() => null)", [lab["run"]])
+    viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
+    viewer.wait_for(timeout=30_000)
+    page.wait_for_function("v => v.hasAttribute('data-source-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
+    page.locator(".ns-ProfilerPanel .ns-OpsBox table").first.wait_for(timeout=30_000)  # the panel is complete
+    page.wait_for_timeout(500)
+    cdp = page.context.new_cdp_session(page)
+    events: list = []
+    done: list = []
+    cdp.on("Tracing.dataCollected", lambda p: events.extend(p["value"]))
+    cdp.on("Tracing.tracingComplete", lambda p: done.append(True))
+    cdp.send("Tracing.start", {"categories": "devtools.timeline,disabled-by-default-devtools.timeline",
+                               "transferMode": "ReportEvents"})
+    box = viewer.locator(".ns-TraceCanvas").bounding_box()
+    page.mouse.move(box["x"] + box["width"] / 3, box["y"] + 60)
+    view = _view(viewer)
+    for _ in range(4):
+        page.mouse.wheel(0, -200)
+        view = _wait_view_change(page, viewer, view)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 4, box["y"] + 60, steps=4)
+    page.mouse.up()
+    _wait_view_change(page, viewer, view)
+    page.wait_for_timeout(300)
+    cdp.send("Tracing.end")
+    page.wait_for_function("() => new Promise(r => setTimeout(() => r(true), 50))")
+    for _ in range(100):
+        if done:
+            break
+        page.wait_for_timeout(100)
+    painted = [e["args"]["data"].get("nodeName", "") for e in events
+               if e.get("name") == "Paint" and "data" in e.get("args", {})]
+    assert any("ns-Trace" in n for n in painted), painted  # the frames were painted and recorded
+    assert not [n for n in painted if "ns-ProfilerPanel" in n or "jp-MainAreaWidget" in n], painted
+    page.close()
+
+
 def test_output_timeline_tab_is_the_viewer(lab: dict, page) -> None:  # noqa: ANN001
     page = page.context.new_page()  # the other test's page may hold a notebook with unsaved changes
     page.errors = []  # type: ignore[attr-defined]

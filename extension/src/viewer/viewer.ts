@@ -403,22 +403,14 @@ export class TraceViewer {
     if (!ctx || !chart || !data) {
       return;
     }
-    this._overlay.width = this._canvas.width;
-    this._overlay.height = this._canvas.height;
+    if (this._overlay.width !== this._canvas.width || this._overlay.height !== this._canvas.height) {
+      this._overlay.width = this._canvas.width; // a new backing store: only when the size changed
+      this._overlay.height = this._canvas.height;
+    }
     ctx.clearRect(0, 0, this._overlay.width, this._overlay.height);
     const r = chart.renderEngine;
     const x = (ns: number) => (ns / 1000 - r.positionX) * r.zoom;
-    const deviceStart = new Map<number, [number, number]>();
-    data.lanes.forEach((lane, li) => {
-      if (lane.kind === 'host') {
-        return;
-      }
-      lane.seq.forEach((seq, i) => {
-        if (seq >= 0 && !deviceStart.has(seq)) {
-          deviceStart.set(seq, [lane.start[i], li]);
-        }
-      });
-    });
+    const deviceStart = this._deviceStarts(data);
     let drawn = 0;
     data.lanes.forEach((lane, li) => {
       if (lane.kind !== 'host') {
@@ -454,6 +446,26 @@ export class TraceViewer {
       });
     });
     this.node.setAttribute('data-flows', String(drawn));
+  }
+
+  /** Each one-op device box's start and lane by seq, built once per window answer (not per frame). */
+  private _deviceStarts(data: ITraceWindow): Map<number, [number, number]> {
+    if (this._deviceStartsOf?.data === data) {
+      return this._deviceStartsOf.map;
+    }
+    const map = new Map<number, [number, number]>();
+    data.lanes.forEach((lane, li) => {
+      if (lane.kind === 'host') {
+        return;
+      }
+      lane.seq.forEach((seq, i) => {
+        if (seq >= 0 && !map.has(seq)) {
+          map.set(seq, [lane.start[i], li]);
+        }
+      });
+    });
+    this._deviceStartsOf = { data, map };
+    return map;
   }
 
   // ---- interaction -----------------------------------------------------------------------------
@@ -617,6 +629,7 @@ export class TraceViewer {
   private _swapMs = 0;
   private _fetched: { lo: number; hi: number; pxNs: number } | null = null;
   private _born = performance.now();
+  private _deviceStartsOf: { data: ITraceWindow; map: Map<number, [number, number]> } | null = null;
   private _painted = new PromiseDelegate<void>();
   private _settled = new PromiseDelegate<void>();
   private _selected: number | null = null;
