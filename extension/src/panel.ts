@@ -186,10 +186,14 @@ export class ProfilerPanel extends Widget {
       }
       this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
       if (detail.tables.includes('device_ops')) {
-        // the trace's first server answer first: on a cold server both would read the table at once (but a
-        // hidden panel does not paint, so wait a few seconds at most)
+        // the trace's first server answer first: on a cold server both would read the table at once, sharing
+        // its two cores (a hidden panel does not load its trace: then wait a few seconds at most)
         if (trace) {
-          await Promise.race([trace.viewer.settled, new Promise(r => setTimeout(r, 3000))]);
+          const viewer = trace.viewer;
+          await Promise.race([viewer.settled, new Promise(r => setTimeout(r, 3000))]);
+          if (viewer.loading) {
+            await viewer.settled;
+          }
         }
         await this._loadTimeline(runId, timeline, opsBox, 0);
       } else {

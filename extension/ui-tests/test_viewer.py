@@ -191,8 +191,10 @@ def test_panel_viewer_zoom_hover_click_search(lab: dict, page) -> None:  # noqa:
 def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, page) -> None:  # noqa: ANN001
     """The panel's first paint does not wait for the server to read the run's table: it draws the overview
     stored in the run's summary (the same lanes, coarser boxes, said so in the status), then the server's
-    whole-run answer replaces it."""
+    whole-run answer replaces it. The panel's op list (which reads the table too) waits for that answer."""
     page = page.context.new_page()
+    timeline_requests: list = []
+    page.on("request", lambda r: timeline_requests.append(r.url) if "/timeline?" in r.url else None)
     page.errors = []  # type: ignore[attr-defined]
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))  # type: ignore[attr-defined]
     held: list = []
@@ -200,8 +202,9 @@ def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, pag
     page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-overview?reset&token={TOKEN}")
     page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
                            "'neuron-studio:open-profiler')", timeout=60_000)
-    page.evaluate("([rid]) => window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
-                  "{path: 'v.ipynb', runId: rid}).then(() => null)", [lab["run"]])
+    # not awaited: the command resolves once the panel has loaded, i.e. after the held answer
+    page.evaluate("([rid]) => { void window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
+                  "{path: 'v.ipynb', runId: rid}); return null; }", [lab["run"]])
     viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
     viewer.wait_for(timeout=30_000)
     page.wait_for_function("v => v.hasAttribute('data-first-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
@@ -212,6 +215,8 @@ def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, pag
     assert f"{overview_boxes:,} boxes" in status and "overview" in status and "loading" in status, status
     assert viewer.locator(".ns-TraceLabel").count() == len(overview["lanes"])
     assert len(held) == 1 and "start_ns" not in held[0].request.url  # the whole run, asked for at once
+    page.wait_for_timeout(3500)  # longer than the panel waits for a hidden viewer
+    assert timeline_requests == []  # the visible viewer is loading: the op list waits for it
     for route in held:
         route.continue_()
     page.unroute("**/neuron-studio/runs/*/trace?*")
@@ -222,6 +227,8 @@ def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, pag
     answer = trace_view.trace_window(str(lab["root"]), "v.ipynb", lab["run"], start_ns=None, end_ns=None,
                                      width_px=int(held[0].request.url.split("width_px=")[1].split("&")[0]))
     assert f"{sum(len(lane['start']) for lane in answer['lanes']):,} boxes" in status
+    page.locator(".ns-ProfilerPanel .ns-OpsBox table").first.wait_for(timeout=30_000)
+    assert len(timeline_requests) == 1
     assert not page.errors  # type: ignore[attr-defined]
     page.close()
 

@@ -103,12 +103,18 @@ export class TraceViewer {
       this._details
     );
     this._hideTooltip();
+    void this._settled.promise.then(() => (this._settledDone = true));
     requestAnimationFrame(() => this._tick());
   }
 
   /** Resolves once the first window is drawn (rejects when the trace cannot be loaded). */
   get firstPaint(): Promise<void> {
     return this._painted.promise;
+  }
+
+  /** Whether it has asked its source for the first answer and not had it yet (a hidden viewer has not). */
+  get loading(): boolean {
+    return this._loading && !this._settledDone;
   }
 
   /** Resolves once the source's own first answer is drawn (or failed): the overview, if any, is replaced. */
@@ -632,6 +638,7 @@ export class TraceViewer {
   private _deviceStartsOf: { data: ITraceWindow; map: Map<number, [number, number]> } | null = null;
   private _painted = new PromiseDelegate<void>();
   private _settled = new PromiseDelegate<void>();
+  private _settledDone = false;
   private _selected: number | null = null;
   private _mouse = { x: 0, y: 0 };
   private _search = el('input', { class: 'ns-TraceSearch' });
