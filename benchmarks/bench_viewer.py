@@ -8,9 +8,11 @@ five engines, two host threads launching, five steps), starts JupyterLab on it (
 code first on PYTHONPATH; the labextension as installed in this venv, so install the extension first:
 `bash run.sh test` or `pip install ./extension`), opens the Neuron Profiler panel on the run in Chromium
 (/usr/bin/chromium) and measures:
-- first paint: from the viewer's creation in the panel to it showing boxes, cold (the server reads and
-  prepares the table) and warm (a second open of the same run); the panel's own requests before it (the
-  run list and the run's detail) are printed apart;
+- first paint: from the viewer's creation in the panel to its first boxes drawn (the run's stored overview,
+  which the seeded summary carries like a profiled run's), cold (a fresh server) and warm (a second open of
+  the same run); and to the server's own whole-run answer drawn (cold: the server reads and prepares the
+  table); the panel's own requests before it (the run list and the run's detail) are printed apart, and
+  what the panel showed over time;
 - payload: the bytes of every level-of-detail answer the viewer asked for;
 - frames: the time between animation frames while wheel-zooming, dragging and panning with the keyboard
   (every frame, including those that swap in a new level-of-detail answer).
