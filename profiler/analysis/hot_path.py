@@ -92,6 +92,14 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
     plus one launch (`launch_ns`). Never negative.
     """
     has_launch = "launch_ns" in ops
+    # the columns as arrays once: a DataFrame selection per kernel match costs more than the arithmetic
+    op_col = ops["op"].to_numpy(dtype=object)
+    module_col = ops["module"].to_numpy(dtype=object)
+    flops_col = ops["flops"].to_numpy()
+    bytes_col = ops["bytes"].to_numpy()
+    device_col = ops["device_ns"].to_numpy()
+    seq_col = ops["seq"].to_numpy()
+    launch_col = ops["launch_ns"].to_numpy() if has_launch else None
     for h in hot:
         for k in h.kernels:
             pattern = str(k.get("pattern") or "")
@@ -102,28 +110,29 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             k["kernel_time"] = "kernel model" if factor else "roofline"
             factor = factor or 1.0
             if pattern.startswith("aten::") or not h.module:
-                sel = ops[(ops["op"] == h.op) & (ops["module"] == h.module)]
-                fused = factor * _roofline_ns(float(sel["flops"].sum()), float(sel["bytes"].sum()), roofs)
-                k["saving_ns"] = float(max(0.0, float(sel["device_ns"].sum()) - fused))
+                sel = (op_col == h.op) & (module_col == h.module)
+                fused = factor * _roofline_ns(float(flops_col[sel].sum()), float(bytes_col[sel].sum()), roofs)
+                k["saving_ns"] = float(max(0.0, float(device_col[sel].sum()) - fused))
                 k["scope"] = "op"
                 continue
             prefix = _module_for_pattern(h.module, k)
-            sub = ops[(ops["module"] == prefix) | ops["module"].str.startswith(prefix + ".")]
-            sub = sub[sub["device_ns"] > 0]
-            if sub.empty:
+            under = np.fromiter((isinstance(m, str) and (m == prefix or m.startswith(prefix + "."))
+                                 for m in module_col), dtype=bool, count=len(module_col))
+            rows = np.flatnonzero(under & (device_col > 0))
+            if not len(rows):
                 k["saving_ns"] = 0.0
                 continue
-            sub = sub.sort_values("seq")
-            seq = sub["seq"].to_numpy()
+            rows = rows[np.argsort(seq_col[rows], kind="stable")]   # in launch order
+            seq = seq_col[rows]
             gaps = np.diff(seq) > 1
             starts = np.concatenate([[0], np.nonzero(gaps)[0] + 1])
-            ends = np.concatenate([np.nonzero(gaps)[0], [len(sub) - 1]])
-            b = sub["bytes"].to_numpy()
-            f = sub["flops"].to_numpy()
+            ends = np.concatenate([np.nonzero(gaps)[0], [len(rows) - 1]])
+            b = bytes_col[rows]
+            f = flops_col[rows]
             cf = np.concatenate([[0.0], np.cumsum(f)])
             fused = sum(factor * _roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns
                         for s, e in zip(starts, ends))
-            spent = float(sub["device_ns"].sum()) + (float(sub["launch_ns"].sum()) if has_launch else 0.0)
+            spent = float(device_col[rows].sum()) + (float(launch_col[rows].sum()) if has_launch else 0.0)
             k["saving_ns"] = float(max(0.0, spent - fused))
             k["scope"] = f"module {prefix}"
 
