@@ -16,6 +16,7 @@ import trace_truth as truth
 from neuron_studio.profiler.importers import read_trace, read_trace_bytes
 from neuron_studio.profiler.importers.arrow_pieces import parse_piece
 from neuron_studio.profiler.importers.chunked_columns import stream_trace
+from neuron_studio.profiler.importers.common import BadTrace
 from neuron_studio.profiler.importers.json_stream import NotStreamable
 from neuron_studio.profiler.importers.read import read_trace_whole
 from neuron_studio.profiler.importers import trace_from_chrome
@@ -328,9 +329,11 @@ def test_cut_inside_a_string_or_past_the_array_is_not_taken() -> None:
 def test_json_orjson_rejects_is_not_taken() -> None:
     """Arrow reads NaN/Infinity and does not check UTF-8 in fields it skips; orjson (the whole reader) does:
     the fast path refuses such text and both readers reject the file."""
-    for bad in (b'"queued": NaN', b'"queued": -Infinity', b'"note": "caf\xe9"'):
+    for bad in (b'"queued": NaN', b'"queued": -Infinity', b'"queued": Inf', b'"queued": -Inf', b'"note": "caf\xe9"'):
         assert parse_piece(b'{"ph": "X", "name": "k", ' + bad + b"}") is None, bad
         doc = gpu_doc().replace(b'"queued": 0', bad, 1)
+        with pytest.raises(BadTrace):                 # streamed in small pieces: the fast path sees it
+            fast_stream(doc)
         with pytest.raises(TraceFormatError):
             read_trace_bytes(doc, name="t.json")
         with pytest.raises((TraceFormatError, ValueError)):

@@ -8,7 +8,7 @@ Why: building a Python dict per event and reading it back field by field is what
 Trust: the fast path takes a piece only when it can prove the result is the dict path's. Otherwise it
 declines, before changing anything, and the piece goes through orjson and `ChunkedColumns.add`:
 
-- `parse_piece` declines text Arrow reads but orjson rejects (NaN/Infinity literals, invalid UTF-8) and
+- `parse_piece` declines text Arrow reads but orjson rejects (NaN/Inf/Infinity literals, invalid UTF-8) and
   every piece Arrow cannot read into the fixed schema below: a field of another type than torch.profiler
   writes (string pids/tids of 2021 traces, float tids, nested TensorList dims, a non-object event, ints
   beyond int64, a duplicated field). It parses `{"e":[[` + piece + `]]}` and requires one outer element, so
@@ -65,7 +65,7 @@ def parse_piece(text: bytes) -> Any:
     or None when Arrow cannot read them into the schema or the text is not JSON orjson accepts."""
     if pa is None or not text:
         return None
-    if b"NaN" in text or b"Infinity" in text:          # Arrow reads these literals, JSON has none
+    if b"NaN" in text or b"Inf" in text:               # Arrow reads NaN, Inf, Infinity: JSON has none
         return None
     if not text.isascii():
         try:
