@@ -21,6 +21,7 @@ declines, before changing anything, and the piece goes through orjson and `Chunk
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,8 @@ _BIG = 1 << 62
 _EXACT_INT = float(1 << 53)
 _DECLINED_PHASES = {"M", "i", "B", "E"}
 _INT64_MIN = np.iinfo(np.int64).min
+#: where Arrow would read a NaN/Inf literal: in a value position (inside a string it only costs a decline)
+_NON_JSON_NUMBER = re.compile(rb"[:,\[][ \t\r\n]*-?(?:NaN|Inf)")
 
 
 def _schema() -> Any:
@@ -65,8 +68,8 @@ def parse_piece(text: bytes) -> Any:
     or None when Arrow cannot read them into the schema or the text is not JSON orjson accepts."""
     if pa is None or not text:
         return None
-    if b"NaN" in text or b"Inf" in text:               # Arrow reads NaN, Inf, Infinity: JSON has none
-        return None
+    if (b"NaN" in text or b"Inf" in text) and _NON_JSON_NUMBER.search(text):
+        return None                                   # Arrow reads NaN, Inf, Infinity: JSON has none
     if not text.isascii():
         try:
             text.decode("utf-8")
