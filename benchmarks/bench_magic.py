@@ -6,7 +6,8 @@
     `%%neuron --steps 3 --warmup 1` with profiling vs `--no-profile`, interleaved, medians (goal <= 1.25x),
     with the load average (other work on the machine inflates both, not equally) and process CPU times;
 (b) size of the MIME bundle a profiled cell stores in the notebook (custom JSON, HTML, text);
-(c) first render of that HTML in headless Chromium (Debian's /usr/bin/chromium via Playwright), if present.
+(c) first render of that HTML in headless Chromium (Debian's /usr/bin/chromium via Playwright), if present;
+(d) the post-processing a profiled cell adds (model, compare diff, summary, HTML) on its own, CPU time.
 """
 from __future__ import annotations
 
@@ -67,11 +68,34 @@ def main() -> None:
     print(f"    wall per round, no-profile / profiled: {_secs(plain)} / {_secs(prof)}; process CPU time "
           f"medians {statistics.median(plain_cpu):.2f} / {statistics.median(prof_cpu):.2f} s "
           f"(ratio {statistics.median(prof_cpu) / statistics.median(plain_cpu):.2f}x)")
+    _post_processing(last)
     bundle = last._repr_mimebundle_()
     sizes = {k: len(json.dumps(v)) if not isinstance(v, str) else len(v.encode()) for k, v in bundle.items()}
     print("(b) inline output size: " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in sizes.items())
           + f", total {sum(sizes.values()) / 1024:.1f} KiB")
     _render(bundle["text/html"])
+
+
+def _post_processing(prof, rounds: int = 7) -> None:  # noqa: ANN001 - the last profiled cell's Profile
+    """What a profiled cell adds after its steps, on its own: the model, the compare diff, the summary and the
+    inline HTML, on the cell's own trace (one Python thread: CPU time is steadier than wall time under load)."""
+    from neuron_studio.profiler.profile import Profile
+    from neuron_studio.ui.html import render_html
+
+    prev = Profile.from_trace(prof.trace)
+    prev.to_summary()
+    cpu, wall = [], []
+    for _ in range(rounds):
+        c0, t0 = time.process_time(), time.perf_counter()
+        p = Profile.from_trace(prof.trace)
+        p.diff(prev)
+        render_html(p.to_summary(run_id=prof.run_id))
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+        prev = p
+    print(f"(d) post-processing of the cell's trace (model, compare diff, summary, inline HTML) x{rounds}: CPU min "
+          f"{min(cpu):.3f} s, median {statistics.median(cpu):.3f} s; wall median {statistics.median(wall):.3f} s "
+          f"(load {os.getloadavg()[0]:.2f})")
 
 
 def _run(ip, cell: str):  # noqa: ANN001, ANN202 - IPython shell and its ExecutionResult
