@@ -283,11 +283,21 @@ def test_output_timeline_tab_is_the_viewer(lab: dict, page) -> None:  # noqa: AN
     page = page.context.new_page()  # the other test's page may hold a notebook with unsaved changes
     page.errors = []  # type: ignore[attr-defined]
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))  # type: ignore[attr-defined]
+    held: list = []
+    page.route("**/neuron-studio/runs/*/trace?*", lambda route: held.append(route))  # no answer until released
     page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-out/tree/v.ipynb?reset&token={TOKEN}")
     profile = page.locator(".jp-OutputArea-output .ns-Profile")
     profile.wait_for(timeout=30_000)
     profile.locator(".ns-Tab", has_text="Timeline").click()
     viewer = profile.locator(".ns-TraceViewer")
+    # the output's overview at once, the stored run's answer (asked for at once) when the server gives it
+    page.wait_for_function("v => v.hasAttribute('data-first-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
+    assert viewer.get_attribute("data-from") == "overview" and len(held) == 1
+    for route in held:
+        route.continue_()
+    page.unroute("**/neuron-studio/runs/*/trace?*")
+    page.wait_for_function("v => v.getAttribute('data-from') === 'source'", arg=viewer.element_handle(),
+                           timeout=30_000)
     page.wait_for_function("v => /boxes/.test(v.querySelector('.ns-TraceStatus').textContent)",
                            arg=viewer.element_handle(), timeout=30_000)
     before = _view(viewer)

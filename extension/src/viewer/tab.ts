@@ -25,7 +25,8 @@ export function traceTab(
     const path = runId !== null ? actions.notebookPathOf?.(box) ?? null : null;
     return path && runId !== null ? new ServerTraceSource(runId, path) : null;
   });
-  const viewer = new TraceViewer(source, { sourceLink, kernelLink });
+  // the overview at once; the stored run's whole-run answer (or, without one, the overview again) replaces it
+  const viewer = new TraceViewer(source, { sourceLink, kernelLink, overview });
   box.appendChild(viewer.node);
   return box;
 }

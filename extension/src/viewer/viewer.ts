@@ -44,8 +44,8 @@ export interface ITraceViewerOptions {
   note?: string;
   /**
    * The run's whole-run overview stored with its summary (`trace_view`, the same lanes and boxes at a
-   * coarser width). With a level-of-detail source it is drawn at once while the server reads the run's
-   * table for the first answer, which replaces it (a cold 1M-op run takes the server seconds).
+   * coarser width). It is drawn at once while the source prepares its first answer (a server reading a cold
+   * 1M-op run's table takes seconds), which replaces it.
    */
   overview?: ITraceWindow | null;
 }
@@ -222,7 +222,7 @@ export class TraceViewer {
 
   private async _load(width: number): Promise<void> {
     this._status.textContent = 'loading…';
-    const overview = this._source.levelOfDetail ? usableOverview(this._opts.overview) : null;
+    const overview = usableOverview(this._opts.overview);
     if (overview) {
       // the stored overview now, the server's whole-run answer when it comes (asked for at once)
       const ticket = ++this._lodTicket;
