@@ -359,7 +359,8 @@ def test_extension_install_always_builds_the_frontend_from_its_sources() -> None
     (a stale UI; the trace viewer missing and bench_viewer waiting for it)."""
     import tomllib
 
-    conf = tomllib.loads((Path(core.__file__).parents[1] / "pyproject.toml").read_text())
+    # the checkout's extension/pyproject.toml (the installed package has none: it is not an editable install)
+    conf = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     builder = conf["tool"]["hatch"]["build"]["hooks"]["jupyter-builder"]
     assert builder["build-function"] == "hatch_jupyter_builder.npm_builder"
     assert builder["build-kwargs"]["build_cmd"] == "build:prod"
