@@ -436,7 +436,7 @@ class Profile:
         `nbytes` sums to the peak (before `top`); `.attrs` holds the peak, where it happens, and per category."""
         _mem._require(self.trace.memory, self.trace.meta)
         peak = self._memory_peak(device)
-        out = peak.head(top) if top is not None else peak.copy()
+        out = (peak.head(top) if top is not None else peak).copy()
         out.attrs = copy.deepcopy(peak.attrs)
         return out
 

@@ -98,6 +98,20 @@ def _wait_view_change(page, viewer, before: tuple) -> tuple:  # noqa: ANN001
     return _view(viewer)
 
 
+def _open_panel_on_run(page, lab: dict, workspace: str, *, await_open: bool):  # noqa: ANN001, ANN202
+    """Open the Neuron Profiler panel on the test run in a fresh workspace; the viewer's locator. With
+    `await_open` False the command is not awaited (it resolves only once the panel has loaded)."""
+    page.goto(f"{lab['base']}/lab/workspaces/{workspace}?reset&token={TOKEN}")
+    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
+                           "'neuron-studio:open-profiler')", timeout=60_000)
+    call = "window.jupyterapp.commands.execute('neuron-studio:open-profiler', {path: 'v.ipynb', runId: rid})"
+    script = f"([rid]) => {call}.then(() => null)" if await_open else f"([rid]) => {{ void {call}; return null; }}"
+    page.evaluate(script, [lab["run"]])
+    viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
+    viewer.wait_for(timeout=30_000)
+    return viewer
+
+
 def test_panel_viewer_zoom_hover_click_search(lab: dict, page) -> None:  # noqa: ANN001
     page.goto(f"{lab['base']}/lab/workspaces/ns-viewer/tree/v.ipynb?reset&token={TOKEN}")
     page.locator(".jp-OutputArea-output .ns-Profile").wait_for(timeout=60_000)  # the notebook is open
@@ -199,14 +213,8 @@ def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, pag
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))  # type: ignore[attr-defined]
     held: list = []
     page.route("**/neuron-studio/runs/*/trace?*", lambda route: held.append(route))  # no answer until released
-    page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-overview?reset&token={TOKEN}")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
-                           "'neuron-studio:open-profiler')", timeout=60_000)
     # not awaited: the command resolves once the panel has loaded, i.e. after the held answer
-    page.evaluate("([rid]) => { void window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
-                  "{path: 'v.ipynb', runId: rid}); return null; }", [lab["run"]])
-    viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
-    viewer.wait_for(timeout=30_000)
+    viewer = _open_panel_on_run(page, lab, "ns-viewer-overview", await_open=False)
     page.wait_for_function("v => v.hasAttribute('data-first-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
     overview = lab["payload"]["trace_view"]
     overview_boxes = sum(len(lane["start"]) for lane in overview["lanes"])
@@ -238,13 +246,7 @@ def test_zoom_frames_repaint_the_viewer_not_the_panel(lab: dict, page) -> None: 
     so the browser repaints it, not the whole Neuron Profiler panel around it (its summary, tables and op
     list: tens of ms a frame with software raster). Read from Chromium's own paint events (CDP tracing)."""
     page = page.context.new_page()
-    page.goto(f"{lab['base']}/lab/workspaces/ns-viewer-paint?reset&token={TOKEN}")
-    page.wait_for_function("() => window.jupyterapp && window.jupyterapp.commands.hasCommand("
-                           "'neuron-studio:open-profiler')", timeout=60_000)
-    page.evaluate("([rid]) => window.jupyterapp.commands.execute('neuron-studio:open-profiler', "
-                  "{path: 'v.ipynb', runId: rid}).then(() => null)", [lab["run"]])
-    viewer = page.locator(".ns-PanelTrace .ns-TraceViewer")
-    viewer.wait_for(timeout=30_000)
+    viewer = _open_panel_on_run(page, lab, "ns-viewer-paint", await_open=True)
     page.wait_for_function("v => v.hasAttribute('data-source-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
     page.locator(".ns-ProfilerPanel .ns-OpsBox table").first.wait_for(timeout=30_000)  # the panel is complete
     page.wait_for_timeout(500)
