@@ -8,8 +8,9 @@ step (all aten ops with shapes, on meta tensors) and models it as the compiled g
 
     python benchmarks/bench_calibration.py [--rows ID ...] [--no-step] [--write]
 
-`--write` stores each row's modeled value in calibration.json; the calibration error the UI states
-(`ModelConfig.calibration_error`) is derived from the stored values, and tests/test_calibration.py recomputes them.
+`--write` stores each row's modeled value in calibration.json; the calibration a profile states
+(`calibration_summary(chip)`, per chip) is derived from the stored values, and tests/test_calibration.py recomputes
+them.
 
 Kernel rows run at the published shapes with the Tensor Engine's numerics skipped (the interpreter's numpy
 matmuls would take minutes); before that, each port is run at a small shape with and without numerics and the
@@ -39,7 +40,7 @@ from neuron_studio.kernels import kernel_time  # noqa: E402
 from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
 from neuron_studio.profiler.model import model_run  # noqa: E402
 from neuron_studio.profiler.model.calibration import (  # noqa: E402
-    CalibrationRow, geomean_error, load_calibration, stated_error, write_modeled,
+    CalibrationRow, calibration_summary, geomean_error, load_calibration, write_modeled,
 )
 
 
@@ -303,14 +304,17 @@ def main() -> None:
         out.append((row, modeled, r))
         if row.in_fit:
             fit.append(r)
-    if fit:
-        worst = max(fit, key=lambda x: abs(math.log(x)))
-        print(f"\nrows in fit: {len(fit)}; geometric-mean error {geomean_error(fit):.3f}x; worst ratio {worst:.2f}; "
-              f"all within 0.67-1.5x: {all(1 / 1.5 <= x <= 1.5 for x in fit)}")
+    for chip in sorted({row.chip for row, _, _ in out}):
+        mine = [r for row, _, r in out if row.in_fit and row.chip == chip]
+        if mine:
+            worst = max(mine, key=lambda x: abs(math.log(x)))
+            print(f"\n{chip}: rows in fit: {len(mine)}; geometric-mean error {geomean_error(mine):.3f}x; "
+                  f"range {min(mine):.2f}-{max(mine):.2f}x; worst {worst:.2f}; "
+                  f"all within 0.67-1.5x: {all(1 / 1.5 <= x <= 1.5 for x in mine)}")
     if args.write:
         write_modeled({row.id: modeled for row, modeled, _ in out})
-        print(f"stored {len(out)} modeled values; calibration error stated by the model: "
-              f"{stated_error(load_calibration()):.3f}x")
+        for chip in sorted({row.chip for row, _, _ in out}):
+            print(f"stored; what a {chip} profile states: {calibration_summary(chip).text}")
 
 
 if __name__ == "__main__":

@@ -44,6 +44,9 @@ def _uncertainty(prof: Any) -> dict[str, Any]:
         "step_time_range_ns": [finite_float(low / steps), finite_float(high / steps)] if high > 0 else None,
         "range_drivers": dict(getattr(s, "range_drivers", {}) or {}),
         "calibration_error": finite_float(getattr(s, "calibration_error", None)),
+        # the chip's own calibration (profiler.model.calibration.calibration_summary): its text is what a badge
+        # states ("trn2: modeled/measured lo–hi× on N published ..." or "... not validated against a measurement")
+        "calibration": dict(getattr(s, "calibration", {}) or {}) or None,
     }
 
 

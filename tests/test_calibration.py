@@ -23,7 +23,8 @@ from neuron_studio.kernels.interpreter import language as nl
 from neuron_studio.kernels.interpreter.jit import JitKernel
 from neuron_studio.profiler.model import ModelConfig, model_run
 from neuron_studio.profiler.model.calibration import (
-    CALIBRATION_PATH, CalibrationError, data_set_error, geomean_error, load_calibration, stated_error, write_modeled,
+    CALIBRATION_PATH, CalibrationError, calibration_summary, geomean_error, load_calibration, stated_error,
+    write_modeled,
 )
 
 
@@ -63,24 +64,36 @@ def test_calibration_loader_rejects_rows_without_a_reason_to_be_left_out(tmp_pat
 
 
 # -- the stated calibration error: derived from the data set, the data set checked against the model ---------
-def test_the_stated_calibration_error_is_derived_from_the_stored_modeled_values() -> None:
+def test_each_chips_calibration_is_derived_from_its_own_stored_modeled_values() -> None:
     rows = load_calibration()
-    fit = [r for r in rows if r.in_fit]
     assert all(r.modeled is not None for r in rows), "run python benchmarks/bench_calibration.py --write"
-    stated = ModelConfig().calibration_error
-    assert stated == pytest.approx(geomean_error(r.modeled / r.value for r in fit))
-    assert stated == data_set_error() and stated <= 1.25
-    assert all(1 / 1.5 <= r.ratio <= 1.5 for r in fit)
+    for chip in sorted({r.chip for r in rows if r.in_fit}):
+        fit = [r for r in rows if r.in_fit and r.chip == chip]
+        ratios = [r.modeled / r.value for r in fit]
+        cal = calibration_summary(chip)
+        assert cal.n_rows == len(fit) > 0 and cal.validated
+        assert cal.geomean == pytest.approx(geomean_error(ratios)) == pytest.approx(stated_error(rows, chip))
+        assert (cal.lo, cal.hi) == (min(ratios), max(ratios))
+        assert cal.text.startswith(f"{chip}: modeled/measured {cal.lo:.2f}–{cal.hi:.2f}× on {len(fit)} published")
+        assert cal.geomean <= 1.25 and all(1 / 1.5 <= r <= 1.5 for r in ratios)
+    assert "trn3" not in {r.chip for r in rows if r.in_fit}  # Trn3 figures are spec-derived until measured
+    trn3 = calibration_summary("trn3")
+    assert not trn3.validated and trn3.n_rows == 0 and trn3.lo is None and trn3.geomean is None
+    assert trn3.text == "trn3: not validated against a measurement" and "±" not in trn3.text
 
 
-def test_a_changed_or_missing_stored_value_changes_or_blocks_the_stated_error(tmp_path) -> None:
+def test_a_changed_or_missing_stored_value_changes_or_blocks_the_chips_calibration(tmp_path) -> None:
     p = tmp_path / "c.json"
     p.write_text(CALIBRATION_PATH.read_text())
     rows = load_calibration(p)
     first = next(r for r in rows if r.in_fit)
-    before = data_set_error(p)
+    before = calibration_summary(first.chip, p)
+    other = next(c for c in ("trn1", "trn2", "trn3") if c != first.chip)
+    other_before = calibration_summary(other, p)
     write_modeled({first.id: first.value * 3}, p)
-    assert data_set_error(p) > before
+    after = calibration_summary(first.chip, p)
+    assert after.geomean > before.geomean and after.hi == pytest.approx(3.0)
+    assert calibration_summary(other, p) == other_before  # one chip's rows never move another chip's statement
     assert load_calibration(p)[rows.index(first)].modeled == pytest.approx(first.value * 3)
     with pytest.raises(CalibrationError, match="no calibration row"):
         write_modeled({"no-such-row": 1.0}, p)
@@ -89,6 +102,8 @@ def test_a_changed_or_missing_stored_value_changes_or_blocks_the_stated_error(tm
     p.write_text(json.dumps(doc))
     with pytest.raises(CalibrationError, match="no stored modeled value.*--write"):
         stated_error(load_calibration(p))
+    with pytest.raises(CalibrationError, match="no stored modeled value.*--write"):
+        calibration_summary(first.chip, p)
 
 
 @pytest.fixture(scope="module")
@@ -339,7 +354,8 @@ def test_dropout_is_a_device_op_with_a_host_drawn_mask() -> None:
 
 
 # -- what the user sees --------------------------------------------------------------------------------------
-def test_summary_shows_the_step_range_its_drivers_and_the_calibration_error() -> None:
+@pytest.mark.parametrize("chip", ["trn2", "trn3"])
+def test_summary_shows_the_step_range_its_drivers_and_the_chips_own_calibration(chip: str) -> None:
     import neuron_studio  # noqa: F401
     from neuron_studio.profiler.capture import profile
     from neuron_studio.profiler.profile_summary import profile_summary
@@ -347,16 +363,19 @@ def test_summary_shows_the_step_range_its_drivers_and_the_calibration_error() ->
     from neuron_studio.ui.text import render_text
 
     w = torch.randn(64, 64, device="neuron")
-    prof = profile(lambda: (w @ w).relu().sum(), chip="trn2", mode="eager", host_events=False)
+    prof = profile(lambda: (w @ w).relu().sum(), chip=chip, mode="eager", host_events=False)
     s = profile_summary(prof)
     lo, hi = s["step_time_range_ns"]
     assert lo < s["step_time_ns"] < hi
     assert "launch_overhead_ns" in s["range_drivers"]
-    assert s["calibration_error"] == ModelConfig().calibration_error
+    cal = calibration_summary(chip)
+    assert s["calibration"]["text"] == cal.text and s["calibration"]["chip"] == chip
+    assert s["calibration_error"] == cal.geomean
     html = render_html(s)
-    assert "step time (modeled)" in html and "calibration error" in html
-    assert "launch cost per NEFF execution" in html
-    assert f"{s['calibration_error']:.2f}x" in render_text(s)
+    assert "step time (modeled)" in html and "launch cost per NEFF execution" in html
+    assert cal.text in html and cal.text in render_text(s)
+    if chip == "trn3":
+        assert "not validated against a measurement" in html and "±" not in html
 
 
 def test_kernel_saving_uses_the_kernel_model_not_the_roofline() -> None:

@@ -227,9 +227,7 @@ function header(p: IProfilePayload): HTMLElement {
     p.modeled
       ? el('span', {
           class: 'ns-Tag ns-Modeled',
-          text: isNum(p.calibration_error)
-            ? `modeled (±${Math.round((p.calibration_error - 1) * 100)}% vs published)`
-            : 'modeled'
+          text: p.calibration?.text ? `modeled (${p.calibration.text})` : 'modeled'
         })
       : null,
     p.status && p.status !== 'ok'

@@ -144,6 +144,17 @@ export interface ISummaryTimeline {
   [engine: string]: number[];
 }
 
+/** profiler.model.calibration.CalibrationSummary of the profiled chip. */
+export interface ICalibration {
+  chip: string;
+  n_rows: number;
+  lo: number | null;
+  hi: number | null;
+  geomean: number | null;
+  text: string;
+  validated: boolean;
+}
+
 /** The payload of `application/vnd.neuron-studio.profile+json` (version 1). */
 export interface IProfilePayload {
   version: number;
@@ -161,8 +172,10 @@ export interface IProfilePayload {
   step_time_range_ns?: [number | null, number | null] | null;
   /** Assumption -> what its range is (names what drives the step-time range). */
   range_drivers?: Record<string, string>;
-  /** Geometric-mean error of the model against published measurements (1.0 = exact). */
+  /** Geometric-mean error of the model against this chip's published measurements (1.0 = exact). */
   calibration_error?: number | null;
+  /** The chip's own calibration: `text` is the statement a badge shows (per chip; "not validated ..." when none). */
+  calibration?: ICalibration | null;
   host_time_ns?: number | null;
   /** A measured profile's account of itself (null for modeled runs). */
   provenance?: IProvenance | null;

@@ -137,11 +137,15 @@ def _step_range(s: dict) -> str:
     return f" ({fmt_ns(lo)}–{fmt_ns(hi)})"
 
 
+def calibration_text(s: dict) -> str:
+    """The chip's calibration statement as the model produced it (profiler.model.calibration), or ''."""
+    cal = s.get("calibration")
+    return str(cal.get("text") or "") if isinstance(cal, dict) else ""
+
+
 def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
     cost = s.get("cost") if isinstance(s.get("cost"), dict) else {}
-    err = as_number(s.get("calibration_error")) if modeled else None
-    label = "step time" + ((" (modeled)" + (f" ±{(err - 1) * 100:.0f}% calibration error" if err else ""))
-                           if modeled else "")
+    label = "step time" + (" (modeled)" if modeled else "")
     return [
         (label, fmt_ns(s.get("step_time_ns")) + (_step_range(s) if modeled else "")),
         ("host time/step", fmt_ns(s.get("host_time_ns"))),
@@ -163,7 +167,7 @@ def render_html(s: dict) -> str:
     tab_index = {t.label: i for i, t in enumerate(tabs)}
     return render_template("profile.html", s=s, uid=uid, breakdown=breakdown_view(s, tab_index),
                            justified=justified_ops(s), modeled=modeled, status=s.get("status") or "ok",
-                           calibration_error=as_number(s.get("calibration_error")) if modeled else None,
+                           calibration=calibration_text(s) if modeled else "",
                            range_drivers=[str(v) for v in drivers.values()],
                            badges=badges, key_figures=_key_figures(s, modeled), tabs=tabs,
                            measured=None if modeled else measured_view(s),

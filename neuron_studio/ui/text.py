@@ -16,9 +16,10 @@ def _pct(v: Any) -> str:
 
 def _range(s: dict) -> str:
     r = s.get("step_time_range_ns")
-    err = s.get("calibration_error")
+    cal = s.get("calibration")
+    text = str(cal.get("text") or "") if isinstance(cal, dict) else ""
     out = f" ({fmt_ns(r[0])}-{fmt_ns(r[1])})" if r and r[0] is not None and r[1] is not None and r[1] > r[0] else ""
-    return out + (f" [model error {float(err):.2f}x]" if err else "")
+    return out + (f" [{text}]" if text else "")
 
 
 def _run_label(s: dict) -> str:

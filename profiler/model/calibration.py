@@ -1,8 +1,8 @@
 """The calibration data set: published Trainium measurements the model is checked against (calibration.json).
 
 `benchmarks/bench_calibration.py` reproduces every row on the model and, with `--write`, stores each row's modeled
-value in the data set; BENCHMARKS.md holds its table. The model's stated calibration error
-(`ModelConfig.calibration_error`, shown next to every "modeled" figure) is derived from those stored values, never
+value in the data set; BENCHMARKS.md holds its table. The calibration error a modeled profile states
+(`calibration_summary(chip)`, per chip: only that chip's own rows) is derived from those stored values, never
 copied by hand, and tests/test_calibration.py recomputes the stored values, so neither can drift silently.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 __all__ = ["CalibrationRow", "CalibrationError", "load_calibration", "geomean_error", "CALIBRATION_PATH",
-           "stated_error", "data_set_error", "stated_error_or_none", "write_modeled"]
+           "stated_error", "write_modeled", "CalibrationSummary", "calibration_summary",
+           "calibration_summary_or_none"]
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
 _KINDS = ("kernel", "op", "collective", "step")
@@ -113,9 +114,9 @@ def geomean_error(ratios: Iterable[float]) -> float:
     return math.exp(sum(logs) / len(logs))
 
 
-def stated_error(rows: Iterable[CalibrationRow]) -> float:
-    """Geometric-mean error of the stored modeled values over the rows in the fit."""
-    fit = [r for r in rows if r.in_fit]
+def stated_error(rows: Iterable[CalibrationRow], chip: str | None = None) -> float:
+    """Geometric-mean error of the stored modeled values over the rows in the fit (of `chip`, when given)."""
+    fit = [r for r in rows if r.in_fit and (chip is None or r.chip == chip)]
     missing = [r.id for r in fit if r.modeled is None]
     if missing:
         raise CalibrationError(f"calibration rows {missing} have no stored modeled value: run "
@@ -123,27 +124,70 @@ def stated_error(rows: Iterable[CalibrationRow]) -> float:
     return geomean_error(r.modeled / r.value for r in fit)  # type: ignore[operator]
 
 
+@dataclass(frozen=True)
+class CalibrationSummary:
+    """How far the model is from the published measurements of one chip: the figure a modeled profile states.
+
+    `n_rows` rows of the data set in the fit for `chip` with a stored modeled value; `lo`/`hi` the smallest and
+    largest modeled/measured ratio, `geomean` the geometric-mean error (exp mean |ln ratio|). A chip without a
+    measured row has n_rows 0 and None for the numbers: its figures are derived from specifications only."""
+
+    chip: str
+    n_rows: int
+    lo: float | None
+    hi: float | None
+    geomean: float | None
+    text: str
+
+    @property
+    def validated(self) -> bool:
+        """True when at least one published measurement of this chip checks the model."""
+        return self.n_rows > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"chip": self.chip, "n_rows": self.n_rows, "lo": self.lo, "hi": self.hi, "geomean": self.geomean,
+                "text": self.text, "validated": self.validated}
+
+
+def _summary_of(chip: str, rows: Iterable[CalibrationRow]) -> CalibrationSummary:
+    mine = [r for r in rows if r.in_fit and r.chip == chip]
+    missing = [r.id for r in mine if r.modeled is None]
+    if missing:
+        raise CalibrationError(f"calibration rows {missing} have no stored modeled value: run "
+                               "`python benchmarks/bench_calibration.py --write`")
+    if not mine:
+        return CalibrationSummary(chip, 0, None, None, None, f"{chip}: not validated against a measurement")
+    ratios = [r.modeled / r.value for r in mine]  # type: ignore[operator]
+    lo, hi, g = min(ratios), max(ratios), geomean_error(ratios)
+    kinds = sorted({r.kind for r in mine})
+    what = "published kernels" if kinds == ["kernel"] else "published measurements"
+    text = f"{chip}: modeled/measured {lo:.2f}–{hi:.2f}× on {len(mine)} {what} (typical error {g:.2f}×)"
+    return CalibrationSummary(chip, len(mine), lo, hi, g, text)
+
+
 @functools.cache
-def _error_of(path: str, mtime_ns: int) -> float:
-    return stated_error(load_calibration(path))
+def _summary_cached(chip: str, path: str, mtime_ns: int) -> CalibrationSummary:
+    return _summary_of(chip, load_calibration(path))
 
 
-def data_set_error(path: Path | str | None = None) -> float:
-    """The calibration error the UI states: `stated_error` of the data set (read once per file version).
-    Raises CalibrationError when a row in the fit has no stored modeled value."""
+def calibration_summary(chip: str, path: Path | str | None = None) -> CalibrationSummary:
+    """The model's error on `chip`'s own published measurements (read once per data-set file version).
+
+    Only rows measured on `chip` count: a Trn1 fit says nothing about a Trn2 prediction. Raises
+    CalibrationError when a row in the fit has no stored modeled value (run bench_calibration.py --write)."""
     p = Path(path) if path is not None else CALIBRATION_PATH
     try:
         mtime = p.stat().st_mtime_ns
     except OSError as exc:
         raise CalibrationError(f"cannot read the calibration data set {p}: {exc}") from exc
-    return _error_of(str(p), mtime)
+    return _summary_cached(str(chip), str(p), mtime)
 
 
-def stated_error_or_none() -> float | None:
-    """`data_set_error()`, or None while the data set has no stored modeled values (the benchmark that stores
-    them builds ModelConfigs itself): the UI then states no calibration error rather than a made-up one."""
+def calibration_summary_or_none(chip: str) -> CalibrationSummary | None:
+    """`calibration_summary(chip)`, or None while the data set has no stored modeled values (the benchmark that
+    stores them runs the model itself): a profile then states no calibration rather than a made-up one."""
     try:
-        return data_set_error()
+        return calibration_summary(chip)
     except CalibrationError:
         return None
 

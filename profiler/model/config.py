@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
-from neuron_studio.profiler.model.calibration import stated_error_or_none
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, MODES, NO_ENGINE
 
 __all__ = ["ModelConfig", "ConfigError", "MODES", "FUSION_RULES"]
@@ -107,12 +106,6 @@ class ModelConfig:
     (calibration rows nki_matmul_tiled/hoist_load/block_free) against the documented 272 GB/s per core.
     Larger payloads scale linearly up to the documented 4 KiB saturation point (DMA bandwidth guide)."""
 
-    calibration_error: float | None = field(default_factory=stated_error_or_none)
-    """Geometric-mean error of the model over the calibration data set (profiler/model/calibration.json): derived
-    from the modeled value of each row that benchmarks/bench_calibration.py --write stores there (never copied
-    by hand; tests recompute the stored values). Shown next to every "modeled" figure; None (nothing shown)
-    only while the data set has no stored values."""
-
     fusion_rule: str = "chain"
     """How fused ops (adaptive groups, compiled graphs) avoid HBM traffic. "chain": each op's input that
     equals the previous op's output in bytes is treated as an on-chip intermediate (read from SBUF, not HBM);
@@ -157,9 +150,6 @@ class ModelConfig:
         if not (isinstance(self.dma_small_payload_efficiency, (int, float))
                 and 0.0 < self.dma_small_payload_efficiency <= 1.0):
             raise ConfigError(f"dma_small_payload_efficiency must be in (0, 1], got {self.dma_small_payload_efficiency!r}")
-        if self.calibration_error is not None and not (isinstance(self.calibration_error, (int, float))
-                                                       and self.calibration_error >= 1.0):
-            raise ConfigError(f"calibration_error must be None or >= 1, got {self.calibration_error!r}")
         if self.lnc is not None and (not isinstance(self.lnc, int) or self.lnc < 1):
             raise ConfigError(f"lnc must be None or an integer >= 1, got {self.lnc!r}")
         if self.fusion_rule not in FUSION_RULES:

@@ -7,6 +7,7 @@ from typing import Any, Iterator, Sequence, overload
 import numpy as np
 
 from neuron_studio.hardware import ChipSpec, chip_spec
+from neuron_studio.profiler.model.calibration import calibration_summary_or_none
 from neuron_studio.profiler.model.columns import OpColumns, as_columns
 from neuron_studio.profiler.model.config import ModelConfig
 from neuron_studio.profiler.model.ops import ENGINES
@@ -283,6 +284,7 @@ def model_run(
     price, h_price = spec.price_per_chip_hour_usd, h100.price_per_chip_hour_usd
     c_step = cost_per_step(step, price, chips_used)
     h_cstep = cost_per_step(h_step, h_price, chips_used)
+    cal = calibration_summary_or_none(spec.name)
     summary = RunSummary(
         chip=spec.name, mode=mode, n_ops=n, step_time_ns=step, launches=int(s.launch.sum()),
         groups=len(gstart), cores_used=cores_used, chips_used=chips_used, lnc=rates.lnc,
@@ -298,7 +300,8 @@ def model_run(
         cost_per_step_usd=c_step, cost_per_1000_steps_usd=c_step * 1000,
         h100_cost_per_step_usd=h_cstep, h100_cost_per_1000_steps_usd=h_cstep * 1000,
         step_time_low_ns=low, step_time_high_ns=high, range_drivers=drivers,
-        calibration_error=cfg.calibration_error,
+        calibration_error=cal.geomean if cal is not None else None,
+        calibration=cal.to_dict() if cal is not None else {},
         price_sources={spec.name: spec.sources.get("price_per_chip_hour_usd", ""),
                        "h100": h100.sources.get("price_per_chip_hour_usd", "")},
         assumptions={

@@ -75,7 +75,8 @@ class RunSummary:
     step_time_low_ns: float = 0.0     # step time with every unmeasured assumption at its low plausible value
     step_time_high_ns: float = 0.0    # ... and at its high plausible value
     range_drivers: dict[str, str] = field(default_factory=dict)   # assumption -> its range and share of the spread
-    calibration_error: float | None = None  # geometric-mean error of the model over the published measurements
+    calibration_error: float | None = None  # geometric-mean error of the model over this chip's published measurements
+    calibration: dict[str, object] = field(default_factory=dict)  # CalibrationSummary.to_dict() of this chip
 
     def to_dict(self) -> dict[str, object]:
         """Plain dict (JSON-friendly) for stores and renderers."""
