@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["CATEGORIES", "normal_category", "is_op_name", "GPU_CATEGORIES", "RUNTIME_CATEGORIES",
-           "STEP_CATEGORIES", "TraceIdentity", "trace_identity", "metadata_names", "memory_summary",
+           "STEP_CATEGORIES", "device_kind", "is_collective_name", "is_backward_op", "is_autograd_thread_name", "TraceIdentity", "trace_identity", "metadata_names", "memory_summary",
            "MemoryTally", "flow_summary", "flow_summary_of_counts", "gpu_kind", "EPOCH_US_MIN"]
 
 CATEGORIES: dict[str, str] = {
@@ -49,7 +49,13 @@ STEP_CATEGORIES = ("user_annotation", "cpu_op")
 #: ts values at or above this (µs) are wall-clock epoch microseconds (2001-09-09 onwards)
 EPOCH_US_MIN = 1.0e15
 
-_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z0-9_]+)?$")
+#: `ns::name` with one namespace level; the name part is anything without a further `::` (a custom op may be
+#: registered under any name: `mylib::my-op`, even with markup characters, is still an op)
+_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::(?!.*::)\S.*$", re.DOTALL)
+#: the ranges a process group's backend records around its own collectives: ProcessGroupGloo writes
+#: `gloo:all_reduce`, `gloo:broadcast`, ... (torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, RECORD_PARAM_COMMS /
+#: `"gloo:" + opType`); NCCL, UCC and MPI likewise
+_COLLECTIVE_RANGE = re.compile(r"^(gloo|nccl|ucc|mpi|xccl):[a-z_0-9]+$")
 
 
 def normal_category(cat: str) -> str:
@@ -58,11 +64,31 @@ def normal_category(cat: str) -> str:
 
 
 def is_op_name(name: str) -> bool:
-    """`aten::mm`, `c10d::allreduce_`, `fbgemm::jagged_to_padded_dense.default`: an operator of a library
-    namespace. Not `autograd::engine::evaluate_function: X`, nor C++ wrapper nodes with nested namespaces
-    or template arguments (`torch::autograd::AccumulateGrad`, `torch::distributed::reducer::mul_out`)."""
+    """`aten::mm`, `c10d::allreduce_`, `fbgemm::jagged_to_padded_dense.default`, a custom op of any name
+    (`mylib::fused-rope`): an operator of a library namespace; and a backend's collective range
+    (`gloo:all_reduce`, the only record of a collective in a CPU-only gloo trace). Not
+    `autograd::engine::evaluate_function: X`, nor C++ wrapper nodes with nested namespaces or template
+    arguments (`torch::autograd::AccumulateGrad`, `torch::distributed::reducer::mul_out`)."""
+    if not isinstance(name, str):
+        return False
     m = _OP.match(name)
-    return m is not None and m.group(1) != "autograd"
+    return (m is not None and m.group(1) != "autograd") or _COLLECTIVE_RANGE.match(name) is not None
+
+
+def is_collective_name(name: str) -> bool:
+    """A collective: a c10d op (`c10d::allreduce_`) or a backend's collective range (`gloo:all_reduce`)."""
+    return isinstance(name, str) and (name.startswith("c10d::") or _COLLECTIVE_RANGE.match(name) is not None)
+
+
+def is_backward_op(name: str) -> bool:
+    """An autograd backward kernel by its name (`aten::convolution_backward`, `aten::native_layer_norm_backward.default`):
+    what marks the backward pass in traces that have no `autograd::engine::evaluate_function` ranges."""
+    return isinstance(name, str) and name.split(".", 1)[0].endswith("_backward")
+
+
+def is_autograd_thread_name(name: str) -> bool:
+    """The autograd engine's device threads, as PyTorch names them (`pt_autograd_0`)."""
+    return isinstance(name, str) and "autograd" in name
 
 
 def gpu_kind(category: str, name: str) -> str:
@@ -73,6 +99,18 @@ def gpu_kind(category: str, name: str) -> str:
     if "nccl" in low or "rccl" in low:
         return "communication"
     return "compute"
+
+
+def device_kind(raw_categories: Any, has_device_activity: bool) -> str | None:
+    """What ran the trace's device activity, named as it is: "MTIA" (kineto's `mtia_*` categories), a
+    PrivateUse1 backend ("accelerator", `privateuse1_*`), "GPU" (CUDA, ROCm); None when the trace has no device
+    activity (a CPU-only trace)."""
+    low = {str(c).lower() for c in raw_categories}
+    if any(c.startswith("mtia") for c in low):
+        return "MTIA"
+    if any(c.startswith("privateuse1") for c in low):
+        return "accelerator"
+    return "GPU" if has_device_activity else None
 
 
 @dataclass

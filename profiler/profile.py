@@ -29,6 +29,7 @@ from neuron_studio.profiler.analysis import utilization as _util
 from neuron_studio.profiler.analysis import what_if as _wi
 from neuron_studio.profiler.analysis.frame import joined_ops
 from neuron_studio.profiler.display import display_layer
+from neuron_studio.profiler.kineto import is_collective_name
 from neuron_studio.profiler.display import registered as display_registered
 from neuron_studio.profiler.trace import Trace
 
@@ -153,10 +154,26 @@ class Profile:
 
     # -- analyses ----------------------------------------------------------------------------------
     def op_table(self, by: str = "op", *, sort: str = "device_ns", top: int | None = None) -> pd.DataFrame:
+        """Per op (or module path): count, modeled device time, measured host time, FLOPs, bytes, share.
+        On an imported trace whose ops were recorded without shapes the model cannot size them, so the table
+        ranks by what was measured (`measured_ns`: GPU time the op launched, or its host time on a CPU-only
+        trace), `share` is of that, and `table.attrs["basis"]` says which (as `hot_basis`)."""
         if (by, sort) not in self._op_tables:
-            self._op_tables[(by, sort)] = _table.op_table(self.ops, by=by, steps=self.steps, sort=sort)
+            basis = self.hot_basis
+            measured = self._measured_ns() if basis != _gaps.MODELED else None
+            self._op_tables[(by, sort)] = _table.op_table(self.ops, by=by, steps=self.steps, sort=sort,
+                                                          measured_ns=measured, basis=basis)
         table = self._op_tables[(by, sort)]
-        return (table.head(top) if top else table).copy()
+        out = (table.head(top) if top else table).copy()
+        out.attrs["basis"] = table.attrs.get("basis", _gaps.MODELED)
+        return out
+
+    def _measured_ns(self) -> pd.Series:
+        """Per op row: the measured time the op stands for (GPU time it launched, else its host time)."""
+        if self.hot_basis == _gaps.MEASURED_GPU:
+            per_op = _gpu.gpu_time_per_op(self.gpu_activity())["gpu_ns"]
+            return pd.Series(per_op.reindex(self.ops["seq"]).fillna(0).to_numpy(dtype="int64"), index=self.ops.index)
+        return self.ops["host_ns"]
 
     def module_tree(self) -> pd.DataFrame:
         return _table.module_tree(self.ops)
@@ -204,13 +221,8 @@ class Profile:
         basis = self.hot_basis
         if basis != _gaps.MODELED:       # ops without shapes: rank by what was measured, never by zeros
             measured = self.ops.copy()
-            if basis == _gaps.MEASURED_GPU:
-                per_op = _gpu.gpu_time_per_op(self.gpu_activity())["gpu_ns"]
-                measured["device_ns"] = per_op.reindex(measured["seq"]).fillna(0).to_numpy(dtype="int64")
-                measured["engine"] = "gpu"
-            else:
-                measured["device_ns"] = measured["host_ns"]
-                measured["engine"] = "host"
+            measured["device_ns"] = self._measured_ns().to_numpy(dtype="int64")
+            measured["engine"] = "gpu" if basis == _gaps.MEASURED_GPU else "host"
             measured["bound"] = "measured"
             return _hot.hot_path(measured, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
@@ -232,6 +244,15 @@ class Profile:
         return _gaps.trace_gaps(self.trace.meta, self.trace.ops, self.gpu_activity())
 
     # -- GPU traces (torch.profiler traces recorded on CUDA/ROCm) --------------------------------------
+    @property
+    def device_kind(self) -> str | None:
+        """What ran an imported trace's device activity, as it is named ("GPU", "MTIA", "accelerator"); None
+        for a CPU-only trace or a studio run."""
+        imp = self.trace.meta.get("imported") or {}
+        if "device_kind" in imp:
+            return imp["device_kind"]
+        return "GPU" if len(self.gpu_activity()) else None
+
     def gpu_activity(self) -> pd.DataFrame:
         """Every GPU kernel, memcpy and memset, with its kind and the op that launched it (correlation ids)."""
         if self._gpu_activity is None:
@@ -256,6 +277,10 @@ class Profile:
         from neuron_studio.hardware.specs import gpu_price_for
 
         act = self.gpu_activity()
+        if not len(act):
+            raise _port.NoDeviceActivity(
+                "this trace has no GPU activity (no kernel, memcpy or memset events): a CPU-only trace has no "
+                "measured device step to compare with Trainium; record with ProfilerActivity.CUDA on a GPU run")
         wins = _gpu.step_windows(self.trace.meta)
         steps = max(1, len(wins)) if len(wins) else self.steps
         if len(wins):
@@ -279,7 +304,8 @@ class Profile:
         return _port.compare_gpu_trainium(
             self.ops, _gpu.gpu_time_per_op(act), steps=steps, gpu_step_ns=step_ns, gpu_busy_ns=busy_ns,
             trainium_step_ns=cost.step_time_ns, chip=cost.chip, trainium_price=cost.price_per_hour_usd,
-            gpu=gpu_name, gpu_price=price, gpu_price_source=source, explain=explain)
+            gpu=gpu_name, gpu_price=price, gpu_price_source=source, explain=explain,
+            device_kind=self.device_kind or "GPU")
 
     def step_breakdown(self) -> _bd.StepBreakdown:
         """Where the step time goes: engine compute (overlapped engines once), collectives, CPU fallbacks, sync
@@ -296,6 +322,11 @@ class Profile:
         act = self.gpu_activity()
         if len(act):
             return _bd.gpu_breakdown(act, _gpu.step_windows(self.trace.meta))
+        if self.hot_basis == _gaps.MEASURED_HOST and len(self.trace.ops):
+            # a CPU-only trace (no device activity; e.g. a gloo job) recorded without shapes: its measured host time
+            names = self.trace.ops["name"].astype(str)
+            return _bd.host_breakdown(self.trace.ops, _gpu.step_windows(self.trace.meta),
+                                      names.map(is_collective_name).to_numpy(dtype=bool))
         if self.hot_basis != _gaps.MODELED:
             return _bd.unavailable_breakdown(
                 "the trace's ops were recorded without input shapes and it has no GPU activity, so neither a "

@@ -74,6 +74,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         })
     # ops recorded without shapes cannot be modeled: no modeled headline built on them (the warnings say why)
     sized = prof.hot_basis == "modeled device time"
+    no_timeline = _timeline_not_captured(prof)
     fb = prof.cpu_fallbacks()
     sp = prof.sync_points()
     rc = prof.recompiles()
@@ -99,15 +100,19 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "engines": [{"engine": e, "utilization": finite_float(s.engine_utilization.get(e, 0.0)),
                      "busy_ns": finite_float(s.engine_busy_ns.get(e, 0.0) / steps)} for e in engines],
         "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
-                     **{e: [round(float(x), 4) for x in util[e]] for e in engines}},
+                     **{e: [round(float(x), 4) for x in util[e]] for e in engines}} if not no_timeline else None,
+        "timeline_note": no_timeline,
         "trace_view": trace_overview(prof),
         "hot_ops": hot,
         "op_table": [{"op": r.key, "count": finite_float(r.count / steps),
                       "device_ns": finite_float(r.per_step_device_ns),
                       "host_ns": finite_float(r.host_ns / steps), "flops": finite_float(r.flops / steps),
                       "bytes": finite_float(r.bytes / steps), "engine": r.engine, "bound": r.bound,
-                      "share": finite_float(r.share)}
+                      "share": finite_float(r.share),
+                      **({} if sized else _unsized_row(r))}
                      for r in table.itertuples(index=False)],
+        # what the op table ranks by: "modeled device time", or measured GPU/host time when ops lack shapes
+        "op_table_basis": table.attrs.get("basis", prof.hot_basis),
         "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
                    "recompiles": int(len(rc))},
         "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,
@@ -130,9 +135,31 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "memory": memory_block(prof),
         "breakdown": breakdown_block(prof),
         "what_if": what_if_block(prof),
-        "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps(),
+        "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps()
+        + ([no_timeline] if no_timeline else []),
         "provenance": _provenance(meta),
     })
+
+
+def _timeline_not_captured(prof: Any) -> str | None:
+    """Why there is no timeline to draw (a measured profile without op rows, e.g. summary-json: its engines'
+    totals are known, their timing is not), else None. An all-zero timeline beside a 96% busy engine would
+    read as idle."""
+    if len(prof.ops):
+        return None
+    meta = prof.trace.meta
+    if "measured_from" in meta:
+        return (f"timeline not captured: {meta['measured_from']} holds the run's totals only, no per-op or "
+                "per-instruction rows; export the profile with its instructions (Parquet, or the JSON with "
+                "\"instruction\" rows) to see when each engine ran")
+    return "timeline not captured: the run recorded no op"
+
+
+def _unsized_row(r: Any) -> dict[str, Any]:
+    """An op-table row of a trace ranked by measured time: its measured time; the model's columns, which rest
+    on ops it could not size, left empty rather than shown as figures."""
+    return {"measured_ns": finite_float(r.per_step_measured_ns), "device_ns": None, "flops": None, "bytes": None,
+            "engine": "", "bound": ""}
 
 
 def _source(meta: dict) -> dict | None:
@@ -155,6 +182,7 @@ def _gpu_block(prof: Any) -> dict | None:
     kb = prof.kernel_breakdown(top=15)
     linked = act[act["op_seq"] >= 0]
     return {
+        "device_kind": prof.device_kind or "GPU",
         "activities": int(len(act)), "total_ns": int(act["dur_ns"].sum()),
         "unattributed_ns": int(act.loc[act["op_seq"] < 0, "dur_ns"].sum()),
         "linked_ops": int(linked["op_seq"].nunique()),

@@ -27,7 +27,8 @@ from collections import Counter, defaultdict
 from decimal import Decimal
 from pathlib import Path
 
-_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$")
+_OP = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)::(?!.*::)\S.*$", re.DOTALL)     # any custom op name, one namespace
+_COLLECTIVE_RANGE = re.compile(r"^(gloo|nccl|ucc|mpi|xccl):[a-z_0-9]+$")      # gloo:all_reduce
 _CPU = {"cpu_op", "Operator"}
 _STEP_CATS = {"user_annotation", "cpu_op", "Operator"}
 _KERNEL = {"kernel", "Kernel"}
@@ -62,7 +63,7 @@ def _pid(v) -> str:
 
 def is_op_name(name: str) -> bool:
     m = _OP.match(name)
-    return bool(m) and m.group(1) != "autograd"
+    return (bool(m) and m.group(1) != "autograd") or bool(_COLLECTIVE_RANGE.match(name))
 
 
 def complete(doc: dict) -> list[dict]:

@@ -572,6 +572,8 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     pages.push(['Timeline', trace]);
   } else if (timeline) {
     pages.push(['Timeline', el('div', { class: 'ns-TimelineBox' }, timeline)]);
+  } else if (p.timeline_note) {
+    pages.push(['Timeline', el('div', { class: 'ns-TimelineBox ns-Muted ns-TimelineNote', text: p.timeline_note })]);
   }
   const whatIf = whatIfSection(p, actions);
   if (whatIf) {

@@ -186,6 +186,8 @@ export interface IProfilePayload {
   steps?: number;
   ops_per_step?: number | null;
   timeline?: ISummaryTimeline | null;
+  /** Why there is no timeline (e.g. "timeline not captured: ..." for a summary-only Neuron profile). */
+  timeline_note?: string | null;
   /** The whole run's trace at one resolution (the trace viewer's data without a server; viewer/types.ts). */
   trace_view?: unknown;
   engines?: IEngineUtilization[];

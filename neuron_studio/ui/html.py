@@ -93,7 +93,7 @@ def timeline_view(s: dict, width: int = 900, row_h: int = 14) -> dict[str, Any]:
     engines = [e for e in DEVICE_ENGINES if isinstance(tl.get(e), list)]
     starts = tl.get("start_ns") or []
     if not engines or not starts:
-        return {"rows": [], "message": "no device timeline"}
+        return {"rows": [], "message": s.get("timeline_note") or "no device timeline"}
     bw = (width - 70) / len(starts)
     rows, bad = [], []
     for r, eng in enumerate(engines):

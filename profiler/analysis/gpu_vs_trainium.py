@@ -22,11 +22,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["GpuVsTrainium", "compare_gpu_trainium", "NS_PER_HOUR"]
+__all__ = ["GpuVsTrainium", "NoDeviceActivity", "compare_gpu_trainium", "NS_PER_HOUR"]
 
 NS_PER_HOUR = 3.6e12
 _COLUMNS = ["op", "calls_per_step", "gpu_ns_per_step", "trainium_ns_per_step", "ratio", "shapes_recorded",
             "port"]
+
+
+class NoDeviceActivity(ValueError):
+    """The trace has no GPU (or other device) activity: there is no measured device side to compare."""
 
 
 @dataclass
@@ -45,6 +49,7 @@ class GpuVsTrainium:
     sized_gpu_share: float                # share of the measured GPU time launched by ops with shapes
     notes: list[str] = field(default_factory=list)
     modeled: bool = True                  # the Trainium side is modeled; the GPU side measured
+    device_kind: str = "GPU"              # what the recorded device is ("GPU", "MTIA", "accelerator")
 
     @property
     def gpu_per_1000_steps_usd(self) -> float | None:
@@ -74,7 +79,7 @@ class GpuVsTrainium:
             "gpu_price_per_hour_usd": self.gpu_price_per_hour_usd, "gpu_price_source": self.gpu_price_source,
             "trainium_price_per_hour_usd": self.trainium_price_per_hour_usd,
             "sized_gpu_share": self.sized_gpu_share, "ops": rows, "port_issues": self.port_issues[:top],
-            "notes": list(self.notes), "modeled": True,
+            "notes": list(self.notes), "modeled": True, "device_kind": self.device_kind,
         }
 
 
@@ -87,7 +92,7 @@ def _port_status(op: str, fallback: Any) -> str:
 def compare_gpu_trainium(ops: pd.DataFrame, gpu_per_op: pd.DataFrame, *, steps: int, gpu_step_ns: float,
                          gpu_busy_ns: float, trainium_step_ns: float, chip: str, trainium_price: float,
                          gpu: str | None, gpu_price: float | None, gpu_price_source: str,
-                         explain: Any = None) -> GpuVsTrainium:
+                         explain: Any = None, device_kind: str = "GPU") -> GpuVsTrainium:
     """`ops`: the joined per-op frame (op, seq, device_ns, input_shapes, fallback); `gpu_per_op`: measured
     GPU ns per op seq (analysis.gpu.gpu_time_per_op)."""
     steps = max(1, int(steps))
@@ -120,21 +125,22 @@ def compare_gpu_trainium(ops: pd.DataFrame, gpu_per_op: pd.DataFrame, *, steps: 
     total_gpu = float(df["gpu_ns"].sum())
     sized_gpu = float(df.loc[df["sized"], "gpu_ns"].sum())
     any_sized = bool(df["sized"].any())
-    notes = ["Trainium figures are modeled device time (the NeuronCore model of each recorded op); the GPU "
-             "figures are measured. One GPU is compared with one Trainium chip; host-side Python is not "
+    kind = device_kind
+    notes = [f"Trainium figures are modeled device time (the NeuronCore model of each recorded op); the {kind} "
+             f"figures are measured. One {kind} is compared with one Trainium chip; host-side Python is not "
              "modeled, so the Trainium step is a lower bound of its wall time."]
     if not any_sized:
         notes.append("no op has recorded input shapes, so no Trainium estimate is possible: record with "
                      "torch.profiler.profile(record_shapes=True)")
     elif sized_gpu < total_gpu:
-        notes.append(f"ops launching {100 * (1 - sized_gpu / total_gpu):.1f}% of the measured GPU time have no "
+        notes.append(f"ops launching {100 * (1 - sized_gpu / total_gpu):.1f}% of the measured {kind} time have no "
                      "recorded shapes; the Trainium step leaves them out (record_shapes=True)")
     if gpu_price is None:
-        notes.append(f"no hourly price known for {gpu or 'the recorded GPU'}: pass gpu_price_per_hour= to cost "
-                     "the GPU side")
+        notes.append(f"no hourly price known for {gpu or f'the recorded {kind}'}: pass gpu_price_per_hour= to cost "
+                     f"the {kind} side")
     return GpuVsTrainium(
         gpu=gpu, chip=chip, steps=steps, gpu_step_ns=float(gpu_step_ns), gpu_busy_ns=float(gpu_busy_ns),
         trainium_step_ns=float(trainium_step_ns) if any_sized else None, ops=out, port_issues=issues,
         gpu_price_per_hour_usd=gpu_price, gpu_price_source=gpu_price_source,
         trainium_price_per_hour_usd=float(trainium_price),
-        sized_gpu_share=sized_gpu / total_gpu if total_gpu else 0.0, notes=notes)
+        sized_gpu_share=sized_gpu / total_gpu if total_gpu else 0.0, notes=notes, device_kind=kind)

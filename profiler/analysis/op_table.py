@@ -5,19 +5,34 @@ import pandas as pd
 
 from neuron_studio.profiler.analysis.group_mode import most_common
 
-__all__ = ["op_table", "module_tree", "OP_TABLE_COLUMNS"]
+__all__ = ["op_table", "module_tree", "OP_TABLE_COLUMNS", "MEASURED_COLUMNS"]
 
 OP_TABLE_COLUMNS = ["key", "count", "device_ns", "host_ns", "self_device_ns", "flops", "bytes", "engine", "bound",
                     "share", "per_step_device_ns"]
 
 
+#: Added when the table ranks by measured time (ops recorded without shapes): the measured time per key, per step.
+MEASURED_COLUMNS = ["measured_ns", "per_step_measured_ns"]
+
+
 def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "device_ns",
-             top: int | None = None, ascending: bool = False) -> pd.DataFrame:
-    """Aggregate per op name (`by="op"`) or module path (`by="module"`); `share` is of total device time."""
+             top: int | None = None, ascending: bool = False, measured_ns: pd.Series | None = None,
+             basis: str = "modeled device time") -> pd.DataFrame:
+    """Aggregate per op name (`by="op"`) or module path (`by="module"`); `share` is of total device time.
+
+    `measured_ns` (per row of `ops`): the measured time to rank by instead, for ops the model cannot size
+    (recorded without shapes): the table gains `measured_ns`/`per_step_measured_ns`, `share` becomes the
+    share of the measured time, and the default sort is by it. `basis` names it (`table.attrs["basis"]`)."""
     if by not in ("op", "module"):
         raise ValueError(f"by must be 'op' or 'module'; got {by!r}")
+    measured = measured_ns is not None
+    columns = OP_TABLE_COLUMNS + (MEASURED_COLUMNS if measured else [])
     if ops.empty:
-        return pd.DataFrame(columns=OP_TABLE_COLUMNS)
+        empty = pd.DataFrame(columns=columns)
+        empty.attrs["basis"] = basis
+        return empty
+    if measured:
+        ops = ops.assign(measured_ns=pd.Series(measured_ns).to_numpy(dtype="float64"))
     g = ops.groupby(by, sort=False, dropna=False)
     out = g.agg(
         count=("seq", "size"),
@@ -25,6 +40,7 @@ def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "
         host_ns=("host_ns", "sum"),
         flops=("flops", "sum"),
         bytes=("bytes", "sum"),
+        **({"measured_ns": ("measured_ns", "sum")} if measured else {}),
     )
     out["engine"] = most_common(g, "engine", "")
     out["bound"] = most_common(g, "bound", "")
@@ -38,11 +54,17 @@ def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "
     total = float(ops["device_ns"].sum()) or 1.0
     out["share"] = out["self_device_ns"] / total
     out["per_step_device_ns"] = out["self_device_ns"] / max(1, steps)
+    if measured:
+        out["share"] = out["measured_ns"] / (float(ops["measured_ns"].sum()) or 1.0)
+        out["per_step_measured_ns"] = out["measured_ns"] / max(1, steps)
+        sort = "measured_ns" if sort == "device_ns" else sort
     if sort not in out.columns:
         raise ValueError(f"cannot sort by {sort!r}; columns: {list(out.columns)}")
     out = out.sort_values(sort, ascending=ascending, kind="stable").reset_index(drop=True)
-    out = out[OP_TABLE_COLUMNS]
-    return out.head(top) if top else out
+    out = out[columns]
+    out = out.head(top) if top else out
+    out.attrs["basis"] = basis
+    return out
 
 
 def module_tree(ops: pd.DataFrame) -> pd.DataFrame:

@@ -25,7 +25,7 @@ from neuron_studio.profiler.analysis.binning import interval_coverage, union_int
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommendation", "StepBreakdown",
-           "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown",
+           "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown", "host_breakdown",
            "unavailable_breakdown", "recommend", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE", "MAX_RECOMMENDATIONS"]
 
 #: Priority order: an instant in several categories counts for the first. "idle" is what none covers.
@@ -192,15 +192,17 @@ def _step_edges(trace_ops: pd.DataFrame, starts: np.ndarray, origin: float, end:
     return np.stack((edges[:-1], edges[1:]), axis=1)
 
 
-def _parts(per_step: pd.DataFrame, steps: int, undetermined: dict[str, str]) -> tuple[float, list[BreakdownPart]]:
+def _parts(per_step: pd.DataFrame, steps: int, undetermined: dict[str, str],
+           labels: dict[str, str] | None = None) -> tuple[float, list[BreakdownPart]]:
     step = float(per_step["step_ns"].sum()) / max(1, steps)
+    labels = {**LABELS, **(labels or {})}
     out = []
     for cat in (*CATEGORIES, "idle"):
         if cat in undetermined:
-            out.append(BreakdownPart(cat, LABELS[cat], None, None, False, undetermined[cat]))
+            out.append(BreakdownPart(cat, labels[cat], None, None, False, undetermined[cat]))
             continue
         ns = float(per_step[cat].sum()) / max(1, steps)
-        out.append(BreakdownPart(cat, LABELS[cat], ns, ns / step if step > 0 else 0.0))
+        out.append(BreakdownPart(cat, labels[cat], ns, ns / step if step > 0 else 0.0))
     return step, out
 
 
@@ -283,6 +285,47 @@ def gpu_breakdown(activity: pd.DataFrame, windows: pd.DataFrame) -> StepBreakdow
         per_step[c] = np.nan
     step, parts = _parts(per_step, len(per_step), _GPU_UNDETERMINED)
     return StepBreakdown("measured GPU time", step, parts, per_step, notes=notes)
+
+
+_HOST_UNDETERMINED = {
+    "fallback": "not in a CPU-only trace: every op ran on the host as recorded (no device to fall back from)",
+    "sync": "not in a CPU-only trace: there is no device to wait for",
+    "transfer": "not in a CPU-only trace: there is no device memory to copy to or from",
+    "launch": "not in a CPU-only trace: host ops are not launched on a device",
+}
+#: On a CPU-only trace the compute part is the host's own op time, not a NeuronCore engine's.
+_HOST_LABELS = {"compute": "host ops"}
+
+
+def _step_window_array(windows: pd.DataFrame, s: np.ndarray, e: np.ndarray, what: str
+                       ) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """ProfilerStep windows (sorted, clipped to be disjoint) and their step numbers; without windows the span
+    from the first start to the last end of (s, e) as one step, said in a note."""
+    if len(windows):
+        w = np.array(windows.sort_values("start_ns")[["start_ns", "end_ns"]].to_numpy(np.float64))
+        w[:-1, 1] = np.minimum(w[:-1, 1], w[1:, 0])
+        return w, windows.sort_values("start_ns")["step"].to_numpy(), []
+    return (np.asarray([[float(s.min()), float(e.max())]]), np.asarray([0]),
+            [f"no ProfilerStep#N windows: the {what} span from the first to the last one is one step"])
+
+
+def host_breakdown(ops: pd.DataFrame, windows: pd.DataFrame, collective: np.ndarray) -> StepBreakdown:
+    """Measured host time per step of a CPU-only trace (no device activity; e.g. a gloo job): the ops'
+    own intervals (outermost ops, as recorded) → host ops, collectives (`c10d::` ops and the backend's
+    ranges such as `gloo:all_reduce`, which on a gloo trace run on their own thread) → collectives,
+    nothing running → idle. What a device would add (fallbacks, syncs, transfers, launches) is not determined."""
+    s = ops["start_ns"].to_numpy(np.int64)
+    e = ops["end_ns"].to_numpy(np.int64)
+    collective = np.asarray(collective, dtype=bool)
+    w, ids, notes = _step_window_array(windows, s, e, "op")
+    intervals = {"compute": (s[~collective].astype(np.float64), e[~collective].astype(np.float64)),
+                 "collective": (s[collective].astype(np.float64), e[collective].astype(np.float64))}
+    per_step = breakdown_windows(w, intervals)
+    per_step.insert(0, "step", ids)
+    for c in _HOST_UNDETERMINED:
+        per_step[c] = np.nan
+    step, parts = _parts(per_step, len(per_step), _HOST_UNDETERMINED, _HOST_LABELS)
+    return StepBreakdown("measured host time", step, parts, per_step, notes=notes)
 
 
 def unavailable_breakdown(reason: str) -> StepBreakdown:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from neuron_studio.profiler.kineto import is_collective_name
+
 __all__ = ["unsized_ops", "hot_basis", "trace_gaps", "UNSIZED_LIMIT", "MODELED", "MEASURED_GPU", "MEASURED_HOST"]
 
 #: Above this share of ops without recorded shapes, the hot path ranks by measured time instead.
@@ -52,10 +54,13 @@ def trace_gaps(meta: dict, trace_ops: pd.DataFrame, activity: pd.DataFrame) -> l
     if n and not imp.get("step_windows"):
         out.append("no ProfilerStep#N annotations: the whole trace counts as one step. Call prof.step() once per "
                    "iteration (torch.profiler.profile(schedule=...)) to get per-step figures")
-    if meta.get("rank") is None and n and trace_ops["name"].astype(str).str.startswith("c10d::").any():
+    if meta.get("rank") is None and n and trace_ops["name"].astype(str).map(is_collective_name).any():
         out.append("the trace has collectives but no distributedInfo, so its rank is unknown and ranks follow the "
                    "order the files are given in; kineto writes distributedInfo when torch.distributed is "
                    "initialised before profiling")
+    if n and not len(activity) and imp.get("device_kind", "none") is None:
+        out.append("the trace has no GPU or other device activity (a CPU-only trace): every figure of it is "
+                   "measured host time; the NeuronCore figures are modeled from its ops' recorded shapes only")
     if imp.get("timestamps") == "float64":
         out.append("timestamps were read at float64 precision (the file's decimal text could not be matched "
                    "to its events), so event times may be off by up to 0.25 µs and nesting may be approximate")

@@ -26,7 +26,7 @@ from neuron_studio.profiler.importers.arrow_pieces import add_arrow_piece, parse
 from neuron_studio.profiler.importers.common import BadTrace
 from neuron_studio.profiler.importers.json_stream import (CHUNK_BYTES, GUESS_ABOVE, EventPiece, NotStreamable,
                                                           StreamedDocument, stream_events)
-from neuron_studio.profiler.importers.torch_chrome import (TS_LIMIT_US, EventColumns, SideEvents, assemble,
+from neuron_studio.profiler.importers.torch_chrome import (TS_LIMIT_US, no_dur_message, EventColumns, SideEvents, assemble,
                                                            finite_numbers, gpu_rows, intern_ids, op_arg_values,
                                                            pair_begin_end)
 from neuron_studio.profiler.importers.torch_events import gpu_arg_columns
@@ -68,6 +68,7 @@ def stream_trace(fh: BinaryIO, name: str, *, chunk: int = CHUNK_BYTES, guess_abo
         raise NotStreamable(f"check failed ({type(e).__name__})") from None
 
 
+_NO_DUR = object()
 _FIELDS_ARGS = operator.itemgetter("name", "cat", "ts", "dur", "tid", "pid", "args")
 
 
@@ -186,8 +187,10 @@ class ChunkedColumns:
             names, cats, ts_l, dur_l, tid_l, pid_l, args_l = zip(*map(_FIELDS_ARGS, xs))
         except KeyError:
             names, cats, ts_l, dur_l, tid_l, pid_l, args_l = zip(*[
-                (e.get("name"), e.get("cat", ""), e.get("ts"), e.get("dur", 0), e.get("tid", 0), e.get("pid", 0),
+                (e.get("name"), e.get("cat", ""), e.get("ts"), e.get("dur", _NO_DUR), e.get("tid", 0), e.get("pid", 0),
                  e.get("args")) for e in xs])
+            if _NO_DUR in dur_l:
+                raise BadTrace(no_dur_message(None))
         if not set(map(type, names)) <= {str} or not set(map(type, cats)) <= {str}:
             raise BadTrace("a name or category is not a string")
         ts = finite_numbers(ts_l, "ts", _where)
@@ -314,7 +317,8 @@ class ChunkedColumns:
                        start_ns=abs_ns - origin, dur_ns=np.rint(dur * 1000.0).astype(np.int64),
                        tids=self._col("tid", np.int64), tid_names=self.tid_names, pids=self._col("pid", np.int64),
                        keep=keep, t0=t0, origin_ns=origin, timestamps=stamps, cat_codes=cat_codes,
-                       cat_uni=self.cat_uni, name_codes=name_codes, name_uni=name_uni)
+                       cat_uni=self.cat_uni, name_codes=name_codes, name_uni=name_uni,
+                       raw_cats=tuple(str(c) for c in self.cat_code))
 
     def _gpu_columns(self, n: int) -> dict[str, np.ndarray]:
         out = gpu_arg_columns([], np.zeros(0, dtype=np.int64), n)

@@ -26,13 +26,21 @@ from neuron_studio.profiler.importers.torch_op_sizes import derive_sizes, is_inp
 from neuron_studio.profiler.trace import Trace
 
 __all__ = ["plain_chrome_trace", "assemble", "EventColumns", "SideEvents", "op_arg_values", "gpu_rows",
-           "intern_ids", "finite_numbers", "pair_begin_end", "TS_LIMIT_US"]
+           "intern_ids", "finite_numbers", "pair_begin_end", "TS_LIMIT_US", "no_dur_message"]
 
 _INT64_MAX = np.iinfo(np.int64).max
 _EMPTY: dict = {}
 _GET_PH = operator.methodcaller("get", "ph")
 _FIELDS = operator.itemgetter("name", "cat", "ts", "dur", "tid")
 TS_LIMIT_US = 9.0e15  # int64 nanoseconds
+_NO_DUR = object()
+
+
+def no_dur_message(event: int | None) -> str:
+    """A complete event without `dur`: its op's time is unknown, so the trace is refused rather than read as 0 ns."""
+    at = f"event {event}" if event is not None else "a complete event"
+    return (f"{at}: complete event (\"ph\": \"X\") has no \"dur\", so its duration is unknown (the Chrome trace "
+            "format requires it); write the event with its duration, or as a \"B\"/\"E\" pair")
 
 
 class _Where:
@@ -178,6 +186,7 @@ class EventColumns:
     cat_uni: list
     name_codes: np.ndarray
     name_uni: Any
+    raw_cats: tuple = ()      # the categories as written (kineto normalises `mtia_ccp_events` to "kernel")
 
     def cat_is(self, value: str) -> np.ndarray:
         return self.cat_codes == self.cat_uni.index(value) if value in self.cat_uni else np.zeros(self.n, dtype=bool)
@@ -211,8 +220,10 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
         names = tuple(e.get("name") for e in xs)
         cats = tuple(e.get("cat", "") for e in xs)
         ts_l = tuple(e.get("ts") for e in xs)
-        dur_l = tuple(e.get("dur", 0) for e in xs)
+        dur_l = tuple(e.get("dur", _NO_DUR) for e in xs)
         tid_l = tuple(e.get("tid", 0) for e in xs)
+        if _NO_DUR in dur_l:
+            raise BadTrace(no_dur_message(where(dur_l.index(_NO_DUR))))
     pid_l = tuple(e.get("pid", 0) for e in xs)
     if not set(map(type, names)) <= {str}:
         _fail_first(names, lambda v: type(v) is str, "name must be a string", where)
@@ -245,7 +256,8 @@ def _event_columns(xs: list[dict], where: _Where, events: list, phs: list, raw: 
     return EventColumns(n=n, name=name_arr, cat=cat_arr, start_ns=abs_ns - origin,
                    dur_ns=np.rint(dur * 1000.0).astype(np.int64), tids=tids, tid_names=tid_names, pids=pids,
                    keep=keep, t0=t0, origin_ns=origin, timestamps=timestamps,
-                   cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni)
+                   cat_codes=cat_codes, cat_uni=cat_uni, name_codes=name_codes, name_uni=name_uni,
+                   raw_cats=tuple(str(c) for c in raw_uni))
 
 
 # -- host rows and op rows --------------------------------------------------------------------------------------
@@ -299,14 +311,41 @@ def _step_of(start: np.ndarray, pid: np.ndarray, w_start: np.ndarray, w_end: np.
     return out
 
 
+def _thread_code(tid: Any, names: dict) -> int | None:
+    """An `M` event's tid as `intern_ids` numbered the complete events' tids (None: no such thread)."""
+    if type(tid) is int:
+        return tid
+    if type(tid) is str:
+        return int(tid) if tid.isdigit() and len(tid) < 19 else names.get(tid)
+    return None
+
+
+def _autograd_threads(ev: EventColumns, leaf_rows: np.ndarray, ann: np.ndarray, m_events: list) -> np.ndarray:
+    """Threads that run only the backward pass: the ones PyTorch names `pt_autograd_N`, and (older kineto, which
+    names threads only by number and records no `evaluate_function` ranges) a thread other than the one
+    stepping the loop (the `ProfilerStep#N` thread, else the process's main thread) that runs `*_backward`
+    ops: the autograd engine's device thread."""
+    named = {_thread_code(m.get("tid"), ev.tid_names) for m in m_events
+             if m.get("name") == "thread_name" and type(m.get("args")) is dict
+             and kineto.is_autograd_thread_name(m["args"].get("name"))}
+    th = ev.tids[leaf_rows]
+    main = set(ev.tids[ann].tolist()) if len(ann) else set(ev.pids[leaf_rows][ev.pids[leaf_rows] == th].tolist())
+    bw = per_name(ev.name[leaf_rows], kineto.is_backward_op)
+    inferred = set(th[bw].tolist()) - main if main else set()
+    return np.asarray(sorted((named - {None}) | inferred), dtype=np.int64)
+
+
 def _region_values(ev: EventColumns, is_cpu_op: np.ndarray, leaf_rows: np.ndarray,
-                   ann: np.ndarray, step_no: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """Per op: phase (inside an autograd engine function → backward) and step (its ProfilerStep window);
-    and the number of steps seen."""
+                   ann: np.ndarray, step_no: np.ndarray, m_events: list = ()) -> tuple[np.ndarray, np.ndarray, int]:
+    """Per op: phase and step (its ProfilerStep window); and the number of steps seen. Backward: an op inside
+    an autograd engine function, a `*_backward` op, or any op on the autograd engine's thread."""
     s, e, th = ev.start_ns[leaf_rows], ev.start_ns[leaf_rows] + ev.dur_ns[leaf_rows], ev.tids[leaf_rows]
     bwr = np.flatnonzero(is_cpu_op & ev.name_matches(lambda x: x.startswith("autograd::engine::evaluate_function")))
     phase = _containing(s, e, th, ev.start_ns[bwr], ev.start_ns[bwr] + ev.dur_ns[bwr], ev.tids[bwr],
                         np.full(len(bwr), "backward", dtype=object), "forward")
+    backward = per_name(ev.name[leaf_rows], kineto.is_backward_op) | np.isin(th, _autograd_threads(ev, leaf_rows, ann,
+                                                                                                    list(m_events)))
+    phase = np.where(backward, "backward", phase).astype(object)
     steps = _step_of(s, ev.pids[leaf_rows], ev.start_ns[ann], ev.start_ns[ann] + ev.dur_ns[ann], ev.pids[ann],
                      step_no) if len(ann) else np.zeros(len(leaf_rows), dtype=np.int64)
     steps = np.clip(steps, 0, np.iinfo(np.int32).max)
@@ -433,6 +472,8 @@ def _imported_meta(ev: EventColumns, doc: dict, name: str, side: SideEvents, n_o
     counts = np.bincount(ev.cat_codes, minlength=len(ev.cat_uni)) if ev.n else []
     imp["categories"] = {str(c): int(k) for c, k in zip(ev.cat_uni, counts)}
     imp["notes"] = list(ident.notes)
+    has_device = any(c in imp["categories"] for c in kineto.GPU_CATEGORIES)
+    imp["device_kind"] = kineto.device_kind(ev.raw_cats, has_device)
     return meta
 
 
@@ -476,7 +517,7 @@ def assemble(ev: EventColumns, op_rows: np.ndarray, shapes: list, flops: list, s
     leaf = top[np.lexsort((top, s[top]))]                      # by start time, then file order
     rows = op_rows[leaf]
     ann, step_no = _step_windows(ev)
-    phase, steps, n_steps = _region_values(ev, is_cpu_op, rows, ann, step_no)
+    phase, steps, n_steps = _region_values(ev, is_cpu_op, rows, ann, step_no, side.m_events)
     derived = _sizes(ev.name[rows].tolist(), in_shapes[rows].tolist(), flops_host[rows].tolist(),
                      [size_args[j] for j in leaf.tolist()])
     ops = _ops_frame(ev, rows, derived, phase, steps)
