@@ -2,7 +2,8 @@
 
     neuron-studio run [--mode M] [--chip C] [--steps N] [--warmup N] [--store DIR] [--name NAME] -- python train.py
     neuron-studio run --steps 5 -- torchrun --nproc-per-node 2 train.py
-    neuron-studio report RUN|TRACE -o report.html
+    neuron-studio report RUN|TRACE|DIR -o report.html [--scheduler tcp://host:8786]
+    neuron-studio import TRACE...|DIR|'GLOB' [--scheduler tcp://host:8786]
     neuron-studio runs [--store DIR]
     neuron-studio lab [jupyter args]
 
@@ -62,16 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
     rep = sub.add_parser("report", help="write the HTML report of a run (id or name) or of trace files")
-    rep.add_argument("target", nargs="+", help="run id or name in the store, or Chrome-trace/Parquet trace "
-                     "path(s): several files are one job's ranks (ordered and aligned by their distributedInfo)")
+    rep.add_argument("target", nargs="+", help="run id or name in the store, or trace path(s): several files, "
+                     "a directory or a quoted glob of per-rank traces are one job's ranks (ordered by the rank "
+                     "each names, aligned on one clock)")
     rep.add_argument("-o", "--output", default=None, help="output file (default report-<run>.html)")
     rep.add_argument("--store", default=None)
+    _job_arguments(rep)
 
     imp = sub.add_parser("import", help="store torch.profiler trace file(s) recorded elsewhere as a run (one per "
                          "rank), so the JupyterLab panel lists it")
-    imp.add_argument("traces", nargs="+", help="Chrome-trace JSON (.json/.json.gz) files, one per rank")
+    imp.add_argument("traces", nargs="+", help="Chrome-trace JSON (.json/.json.gz) files one per rank, a "
+                     "directory of them (or of studio trace directories / Neuron Explorer output folders), or "
+                     "a quoted glob")
     imp.add_argument("--name", default=None, help="a name for the run (default: the first file's name)")
     imp.add_argument("--store", default=None)
+    _job_arguments(imp)
 
     ls = sub.add_parser("runs", help="list the runs in the store")
     ls.add_argument("--store", default=None)
@@ -80,6 +86,13 @@ def build_parser() -> argparse.ArgumentParser:
     lab = sub.add_parser("lab", help="start JupyterLab on the tutorials (extra args go to jupyter lab)")
     lab.add_argument("args", nargs=argparse.REMAINDER)
     return p
+
+
+def _job_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", default=None, metavar="ADDRESS", help="run the per-rank map on this Dask "
+                   "scheduler (tcp://host:8786; needs neuron-studio[dask], traces readable by its workers)")
+    p.add_argument("--workers", type=int, default=None, help="local worker processes for the per-rank map "
+                   "(default: sized to the CPUs and the available memory)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -98,7 +111,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"neuron-studio: {e}", file=sys.stderr)
         return 2
     except ValueError as e:  # TraceFormatError / TraceSetError name the file and what was wrong
-        if type(e).__name__ not in ("TraceFormatError", "TraceSetError"):
+        if type(e).__name__ not in ("TraceFormatError", "TraceSetError", "RankIdentityError"):
+            raise
+        print(f"neuron-studio: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:  # JobMapError: a rank could not be read (names it)
+        if type(e).__name__ != "JobMapError":
             raise
         print(f"neuron-studio: {e}", file=sys.stderr)
         return 2
@@ -372,12 +390,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     targets = list(args.target)
     target = targets[0]
     path = Path(target)
-    if len(targets) > 1 or path.exists():
-        missing = [t for t in targets if not Path(t).exists()]
+    if len(targets) > 1 or path.exists() or _is_glob(target):
+        missing = [t for t in targets if not Path(t).exists() and not _is_glob(t)]
         if missing:
             raise CliError(f"report: no such trace file(s): {', '.join(missing)} (several targets must be files)")
-        summary = _summary_of_traces([Path(t) for t in targets])
-        default = f"report-{path.name.split('.')[0]}.html"
+        from neuron_studio.imported_runs import job_summary
+
+        summary = job_summary(targets, name=path.name, scheduler=args.scheduler, workers=args.workers)
+        default = f"report-{path.name.split('.')[0] or 'job'}.html"
     else:
         from neuron_studio.store import RunStore
 
@@ -402,10 +422,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_of_traces(paths: list[Path]) -> dict:
-    from neuron_studio.imported_runs import imported_summary, trace_profiles
-
-    return imported_summary(trace_profiles(paths), name=paths[0].name)
+def _is_glob(target: str) -> bool:
+    return bool(set("*?[") & set(target)) and not Path(target).exists()
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -413,11 +431,12 @@ def cmd_import(args: argparse.Namespace) -> int:
     from neuron_studio.store import RunStore
     from neuron_studio.ui.text import render_text
 
-    missing = [t for t in args.traces if not Path(t).is_file() and not Path(t).is_dir()]
+    missing = [t for t in args.traces if not Path(t).is_file() and not Path(t).is_dir() and not _is_glob(t)]
     if missing:
         raise CliError(f"import: no such trace file(s): {', '.join(missing)}")
     store = RunStore(args.store)
-    run_id, summary = store_imported(store, args.traces, name=args.name)
+    run_id, summary = store_imported(store, args.traces, name=args.name, scheduler=args.scheduler,
+                                     workers=args.workers)
     print(render_text(summary))
     print(f"neuron-studio: stored as run {run_id} in {store.root} (open it in the Neuron Profiler panel)")
     return 0

@@ -1,71 +1,107 @@
-"""Traces recorded elsewhere (torch.profiler Chrome traces, one per rank) as studio runs: profiles ordered by
-the rank each trace names, one summary with the multi-rank analysis, and a stored run the JupyterLab panel
-lists like any other (`neuron-studio import`, `neuron-studio report TRACE...`)."""
+"""Traces recorded elsewhere as studio runs: one trace, or a job's per-rank traces (files, a directory or a
+glob), summarised and stored as a run the JupyterLab panel lists like any other (`neuron-studio import`,
+`neuron-studio report TRACE|DIR`).
+
+A job of several ranks goes through the map/reduce (`profiler.job_map`): each rank is read and digested by a
+worker process (or a Dask worker when a scheduler or client is given), so the memory this process needs does
+not grow with the number of ranks; the summary is the first rank's profile plus the job's ranks section."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any, Sequence
 
-__all__ = ["TraceSetError", "trace_profiles", "imported_summary", "store_imported"]
+__all__ = ["TraceSetError", "job_summary", "store_imported", "is_job"]
+
+Targets = Sequence[str | os.PathLike]
 
 
 class TraceSetError(ValueError):
     """The traces given are not one job's ranks (the message names the files)."""
 
 
-def trace_profiles(paths: Sequence[str | os.PathLike]) -> dict[int, Any]:
-    """Read each trace and order them by the rank its `distributedInfo` names (files without one follow, in
-    the order given). Keys are positions 0..N-1; each trace's meta keeps its own rank."""
-    from neuron_studio.profiler.importers import read_trace
-    from neuron_studio.profiler.profile import Profile
+def is_job(targets: Targets) -> bool:
+    """Whether the targets name several ranks (several paths, a directory of per-rank traces, a glob)."""
+    from neuron_studio.profiler.importers.job_inputs import is_job_target
 
-    traces = [(Path(p), read_trace(p)) for p in paths]
-    seen: dict[int, Path] = {}
-    for p, t in traces:
-        r = t.meta.get("rank")
-        if r is not None and r in seen:
-            raise TraceSetError(f"{seen[r].name} and {p.name} both say they are rank {r}: not one job's ranks")
-        if r is not None:
-            seen[r] = p
-    order = sorted(range(len(traces)), key=lambda i: (traces[i][1].meta.get("rank") is None,
-                                                      traces[i][1].meta.get("rank") or 0, i))
-    return {pos: Profile.from_trace(traces[i][1]) for pos, i in enumerate(order)}
+    return len(targets) > 1 or any(is_job_target(t) for t in targets)
 
 
-def imported_summary(profiles: dict[int, Any], *, run_id: int | None = None, name: str | None = None) -> dict:
-    """The first rank's summary, plus the multi-rank analysis (aligned on each trace's wall clock)."""
-    from neuron_studio.profiler.analysis.ranks import analyze_ranks
-    from neuron_studio.profiler.profile_summary import _finite
+def _inputs(targets: Targets) -> list[Any]:
+    from neuron_studio.profiler.importers.job_inputs import job_inputs
 
-    first = profiles[min(profiles)]
-    summary = first.to_summary(run_id=run_id, name=name)
-    if len(profiles) > 1:
-        order = sorted(profiles)
-        ranks = [int(profiles[k].trace.meta.get("rank", k)) for k in order]
-        ra = analyze_ranks([profiles[k].trace for k in order], {r: profiles[k] for r, k in zip(ranks, order)},
-                           ranks=ranks)
-        summary["ranks_analysis"] = _finite(ra.to_summary())
-        summary["ranks"] = len(profiles)
-    return summary
+    return job_inputs(list(targets))
 
 
-def store_imported(store: Any, paths: Sequence[str | os.PathLike], *, name: str | None = None) -> tuple[int, dict]:
-    """Save imported traces as one run (one rank per trace) with its summary; returns (run id, summary)."""
+def _analyze(inputs: list[Any], *, scheduler: str | None, client: Any, workers: int | None,
+             store: Any = None) -> Any:
+    from neuron_studio.profiler.analysis.ranks import RankIdentityError
+    from neuron_studio.profiler.job_map import analyze_job
+
+    try:
+        return analyze_job(inputs, scheduler=scheduler, client=client, workers=workers, store=store)
+    except RankIdentityError as e:
+        raise TraceSetError(str(e)) from None
+
+
+def _single_profile(path: str | os.PathLike) -> Any:
+    from neuron_studio.profiler.job_map import read_rank
+
+    (inp,) = _inputs([path])
+    return read_rank(inp)[1]
+
+
+def job_summary(targets: Targets, *, name: str | None = None, scheduler: str | None = None, client: Any = None,
+                workers: int | None = None) -> dict:
+    """The report summary of one trace, or of a job's ranks (first rank's profile + the ranks section)."""
+    targets = [targets] if isinstance(targets, (str, os.PathLike)) else list(targets)
+    inputs = _inputs(targets)
+    if len(inputs) == 1:
+        return _single_profile(inputs[0].path).to_summary(name=name)
+    job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers)
+    return job.report_summary(name=name)
+
+
+def store_imported(store: Any, paths: Targets, *, name: str | None = None, scheduler: str | None = None,
+                   client: Any = None, workers: int | None = None) -> tuple[int, dict]:
+    """Save imported traces as one run (one rank per trace, ordered by rank) with its summary; returns
+    (run id, summary). Workers write each rank's tables straight into the store (it must be on a file system
+    they share when the map runs on Dask)."""
     from neuron_studio._activate import save_rank
+    from neuron_studio.profiler.job_map import StoreTarget, finish_store_tables
 
-    profiles = trace_profiles(paths)
-    first = profiles[min(profiles)]
-    world = len(profiles)
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    inputs = _inputs(paths)
     label = name or Path(paths[0]).name
+    world = len(inputs)
     run_id = store.begin_run(cell_source="\n".join(str(p) for p in paths), name=label, notebook=None,
-                             mode=first.trace.mode, chip=first.trace.chip, backend="imported", ranks=world,
-                             options={"imported": [str(p) for p in paths]})
-    for pos, prof in profiles.items():
-        prof.run_id = run_id
-        save_rank(store, run_id, prof, pos, world)
-    summary = imported_summary(profiles, run_id=run_id, name=label)
+                             mode="eager", chip="trn2", backend="imported", ranks=world,
+                             options={"imported": [i.path for i in inputs]})
+    try:
+        if world == 1:
+            prof = _single_profile(inputs[0].path)
+            prof.run_id = run_id
+            save_rank(store, run_id, prof, 0, 1)
+            summary = prof.to_summary(run_id=run_id, name=label)
+        else:
+            job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers,
+                           store=StoreTarget(str(store.root), run_id))
+            ranks = _ranks_of(job)
+            order = sorted(ranks)
+            positions = [order.index(r) for r in ranks]          # stored as positions 0..N-1, by rank
+            finish_store_tables(store, run_id, job.inputs, positions)
+            summary = job.report_summary(name=label, run_id=run_id)
+    except BaseException:
+        store.finish_run(run_id, status="error", summary=None, step_time_ns=None, mfu=None, wall_s=0.0)
+        raise
     store.finish_run(run_id, status="ok", summary=summary,
                      step_time_ns=int(summary["step_time_ns"]) if summary.get("step_time_ns") else None,
                      mfu=summary.get("mfu"), wall_s=0.0)
     return run_id, summary
+
+
+def _ranks_of(job: Any) -> list[int]:
+    """Each input's resolved rank, in input order."""
+    from neuron_studio.profiler.analysis.ranks import resolve_ranks
+
+    return resolve_ranks(job.digests, job.inputs)[0]

@@ -151,10 +151,15 @@ def trace_identity(doc: dict) -> TraceIdentity:
     if isinstance(info, dict):
         ident.rank, ident.world_size = _int(info.get("rank")), _int(info.get("world_size"))
         ident.backend = info.get("backend") if isinstance(info.get("backend"), str) else None
-        if ident.rank is None or ident.world_size is None or not 0 <= ident.rank < max(ident.world_size, 1):
+        # `{"rank": N}` alone is what many jobs write: the rank stands, the world size stays unknown
+        if ident.rank is None or ident.rank < 0 or (ident.world_size is not None
+                                                    and not ident.rank < max(ident.world_size, 1)):
             ident.notes.append(f"distributedInfo is incomplete or inconsistent (rank {info.get('rank')!r}, "
                                f"world_size {info.get('world_size')!r}); rank identity not used")
             ident.rank = ident.world_size = None
+        elif ident.world_size is None:
+            ident.notes.append(f"distributedInfo names rank {ident.rank} but no world_size: the job's size is "
+                               "not known from this trace")
     base = _int(doc.get("baseTimeNanoseconds"))
     ident.base_time_ns = base if base is not None and base > 0 else None
     props = _as_obj(doc.get("deviceProperties"))

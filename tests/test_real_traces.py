@@ -201,11 +201,11 @@ def test_ranks_follow_distributed_info_and_are_time_aligned():
         assert sorted(table.index) == [0, 1]
         for rank, name in ((0, RANK0), (1, RANK1)):
             assert table.loc[rank, "step_time_ns"] == pytest.approx(truth.mean_step_ns(raw(name)), abs=0.5)
-        # aligned on the wall clock: each rank's first ProfilerStep starts where its raw epoch ts says
-        tl = ra.timeline
-        steps = {r: tl[(tl["rank"] == r)]["t_start_ns"].min() for r in (0, 1)}
+        # aligned on the wall clock: each rank's first op starts where its raw epoch ts says
+        firsts = table["first_op_ns"]
         ops0 = {r: min(o["start"] for o in truth.ops(raw(n))) for r, n in ((0, RANK0), (1, RANK1))}
-        assert steps[1] - steps[0] == ops0[1] - ops0[0]
+        assert firsts[1] - firsts[0] == ops0[1] - ops0[0]
+        assert ra.alignment.method == "wall clock" and list(table["rank_source"]) == ["distributedInfo"] * 2
     assert any("2 of 128 ranks" in n for n in ra.notes)
 
 

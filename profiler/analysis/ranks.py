@@ -1,19 +1,35 @@
-"""Multi-rank analysis: per-rank traces of one job merged on one time axis.
+"""The reduce of a many-rank job: per-rank digests (`rank_digest`) → per-rank step times, matched collectives,
+clock alignment, waiting and the straggler. It reads digests only, never a rank's events, so a job of any
+number of ranks costs the client a few thousand rows per rank (`job_map` runs the map).
 
-Alignment: each rank's op times are relative to its own capture start; `meta["start_wall_ns"]` is that
-start on the wall clock, so `start_wall_ns + start_ns - origin` puts every rank on one axis, the origin being
-the job's common start (`meta["run_start_wall_ns"]`, else the earliest rank start). Ranks on one host share
-the clock; across hosts the axis is as good as their clock sync.
+Rank identity (`resolve_ranks`): the rank a trace's `distributedInfo` names, else its file name, else its
+folder, else its position in the input order; each rank says which. Two inputs with one rank are not one
+job's ranks (`TraceSetError` from the caller naming both).
 
-Collectives: ops named `c10d::*` (see neuron_studio.device.emulator.distributed). The k-th collective of a
-given op and group on each rank is the same collective (collectives are issued in the same order on every
-rank of a group). Its *arrival* on a rank is when that rank issued it; it can only complete once the last
-rank arrived, so every other rank waits `last arrival - own arrival` for it. The rank that arrives last the
-most (weighted by the wait it causes) is the straggler; the collective it delays most is named, with the
-compute time it spent before that collective compared with the other ranks.
+Steps: only the steps every rank recorded are compared (the intersection); a rank's step time is its mean
+measured step over those steps, the others are named in a note.
 
-Times here are the measured host timeline of each rank (the emulator executes on the CPU); the modeled
-device duration of a collective (NeuronLink cost, from the model) extends its window for the overlap figure.
+Clock alignment: each rank's times are on its own capture clock; `start_wall_ns` puts them on the wall clock
+(`+ start_wall_ns - origin`, the origin being the job start `run_start_wall_ns`, else the earliest rank
+start). Ranks on one host share that clock, across hosts it is as good as their clock sync, and a trace
+without a wall-clock start cannot be placed at all. Matched collectives measure it: a collective that blocks
+until every rank has arrived releases all ranks together, so its *exit* (issue end) is one instant on every
+rank. Per rank, the median deviation of its exits from each collective's median exit is its clock offset.
+The correction is applied only when the exits agree much better than the arrivals (`BLOCKING_RATIO`): then
+the collectives provably block, and the residual skew (median over collectives of the exit spread after
+correction) is stated. Otherwise (asynchronous collectives: the host op returns at once, as NCCL's do) the
+exits carry the stragglers' lateness and would hide it, so the wall clock stands and the skew is stated as not
+measurable from the collectives.
+
+Collectives: the k-th collective of a given op and group on each rank is the same collective (collectives are
+issued in the same order on every rank of a group): that k is its sequence number. Its *arrival* on a rank is
+when that rank issued it; it can only complete once the last rank arrived, so every other rank waits
+`last arrival - own arrival` for it, and that wait is attributed to the last rank. The rank whose late
+arrivals cause the most waiting (at least `STRAGGLER_MIN_WAIT_NS`) is the straggler; the collective instance
+it delays most is named, with the compute time it spent before that collective compared with the other ranks.
+
+Times are each rank's measured host timeline; the modeled device duration of a collective (NeuronLink cost,
+from the model) extends its window for the overlap figure, which is resolved to the digests' activity bins.
 """
 from __future__ import annotations
 
@@ -23,16 +39,28 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-__all__ = ["RankAnalysis", "Straggler", "merge_ranks", "collective_table", "find_straggler", "rank_table",
-           "comm_overlap", "analyze_ranks", "is_collective", "STRAGGLER_MIN_WAIT_NS"]
+from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
+
+__all__ = ["RankAnalysis", "Straggler", "ClockAlignment", "collective_table", "find_straggler", "rank_table",
+           "analyze_ranks", "reduce_digests", "resolve_ranks", "align_clocks", "is_collective",
+           "STRAGGLER_MIN_WAIT_NS", "BLOCKING_RATIO", "RankIdentityError"]
 
 #: A rank counts as a straggler only if the waits it causes add up to at least this (1 ms): below it,
 #: arrival order is scheduling noise.
 STRAGGLER_MIN_WAIT_NS = 1_000_000
+#: Collectives count as blocking (their exits one instant on every rank) when the median spread of their
+#: exits is at most this fraction of the median spread of their arrivals.
+BLOCKING_RATIO = 0.5
+#: Fewest collectives matched on every rank before their exits are used to align clocks.
+MIN_ALIGN_COLLECTIVES = 3
+
+
+class RankIdentityError(ValueError):
+    """Two inputs claim the same rank: they are not one job's ranks (the message names both)."""
 
 
 def is_collective(names: pd.Series) -> np.ndarray:
-    return names.astype(str).str.startswith("c10d::").to_numpy(dtype=bool)
+    return names.astype(str).str.startswith(COLLECTIVE_PREFIX).to_numpy(dtype=bool)
 
 
 @dataclass(frozen=True)
@@ -46,20 +74,41 @@ class Straggler:
     compute_before_ns: float    # its mean compute time before that collective (since its previous collective)
     others_compute_before_ns: float  # the same, median over the other ranks
     op_before: str | None = None     # the op it ran just before the most delayed collective instance
+    index: int | None = None         # sequence number of the collective instance it delays most
+    instance_wait_ns: float | None = None  # the others' total wait in that instance
 
     @property
     def excess_compute_ns(self) -> float:
         return self.compute_before_ns - self.others_compute_before_ns
 
 
+@dataclass(frozen=True)
+class ClockAlignment:
+    """How the ranks were put on one clock: per rank the offset added to its own times (ns)."""
+
+    method: str                          # "collective exits" | "wall clock" | "none"
+    offsets_ns: dict[int, int]
+    corrections_ns: dict[int, int]       # the part of the offsets measured from collective exits (0: not used)
+    residual_skew_ns: float | None       # median exit spread after alignment; None when not measurable
+    matched: int                         # collectives matched on every rank
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "residual_skew_ns": self.residual_skew_ns, "matched": self.matched,
+                "detail": self.detail,
+                "corrections_ns": {str(k): int(v) for k, v in sorted(self.corrections_ns.items())}}
+
+
 @dataclass
 class RankAnalysis:
     ranks: pd.DataFrame             # one row per rank
-    collectives: pd.DataFrame       # one row per (collective instance, rank)
+    collectives: pd.DataFrame       # one row per (collective instance, rank), on the aligned clock
     instances: pd.DataFrame         # one row per collective instance (matched across ranks)
-    timeline: pd.DataFrame          # every op of every rank, aligned (columns rank, t_start_ns, t_end_ns, ...)
     straggler: Straggler | None
     slowest_collective: dict[str, Any] | None
+    alignment: ClockAlignment | None = None
+    steps: dict[str, Any] = field(default_factory=dict)
+    op_table: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
 
     def to_summary(self) -> dict[str, Any]:
@@ -75,113 +124,138 @@ class RankAnalysis:
             "straggler": None if s is None else {
                 "rank": s.rank, "op": s.op, "caused_wait_ns": s.caused_wait_ns, "last_share": s.last_share,
                 "compute_before_ns": s.compute_before_ns, "others_compute_before_ns": s.others_compute_before_ns,
-                "op_before": s.op_before},
+                "op_before": s.op_before, "index": s.index, "instance_wait_ns": s.instance_wait_ns},
             "slowest_collective": self.slowest_collective,
             "collectives": rows(self.instances.head(50)),
+            "alignment": None if self.alignment is None else self.alignment.to_dict(),
+            "steps": dict(self.steps),
+            "op_table": rows(self.op_table.head(20)),
             "notes": list(self.notes),
         }
 
 
-def _group_of(tags: Any) -> str:
-    if isinstance(tags, str):
-        for t in tags.split(","):
-            if t.startswith("group="):
-                return t[len("group="):]
-    return ""
+# ------------------------------------------------------------------------------------------- identity
+def resolve_ranks(digests: Sequence[Any], inputs: Sequence[Any] | None = None) -> tuple[list[int], list[str],
+                                                                                           list[str]]:
+    """(rank, where it came from) per digest, and notes. distributedInfo > file name > folder > position."""
+    ranks, sources, notes = [], [], []
+    for i, d in enumerate(digests):
+        inp = inputs[i] if inputs is not None else None
+        named, how = (inp.name_rank, inp.name_source) if inp is not None else (None, None)
+        own = d.meta.get("rank")
+        if own is not None:
+            src = d.meta.get("rank_source") or "trace metadata"
+            if named is not None and int(named) != int(own):
+                notes.append(f"{inp.label}: its {how} says rank {named} but its {src} says rank {own}; "
+                             f"{src} used")
+            ranks.append(int(own))
+            sources.append(src)
+        elif named is not None:
+            ranks.append(int(named))
+            sources.append(how)
+        else:
+            ranks.append(i)
+            sources.append("input order")
+    if "input order" in sources:
+        notes.append(f"{sources.count('input order')} trace(s) name no rank (no distributedInfo, file or folder "
+                     "name): ranked by their position in the sorted inputs")
+    seen: dict[int, int] = {}
+    for i, r in enumerate(ranks):
+        if r in seen:
+            a = inputs[seen[r]].label if inputs is not None else f"trace {seen[r]}"
+            b = inputs[i].label if inputs is not None else f"trace {i}"
+            raise RankIdentityError(f"{a} and {b} both are rank {r} ({sources[seen[r]]}, {sources[i]}): "
+                                    "not one job's ranks")
+        seen[r] = i
+    return ranks, sources, notes
 
 
-def merge_ranks(traces: Sequence[Any], ranks: Sequence[int] | None = None) -> pd.DataFrame:
-    """All ranks' ops on one time axis: columns rank, t_start_ns, t_end_ns plus the `ops` columns."""
-    ranks = list(ranks) if ranks is not None else [int(t.meta.get("rank", i)) for i, t in enumerate(traces)]
-    starts = [int(t.meta.get("start_wall_ns", 0) or 0) for t in traces]
-    origin = min((int(t.meta.get("run_start_wall_ns", 0) or 0) for t in traces), default=0) or min(starts, default=0)
-    if any(s == 0 for s in starts):
-        origin = 0
-    frames = []
-    for r, t, s in zip(ranks, traces, starts):
-        ops = t.ops
-        off = (s - origin) if s else 0
-        df = pd.DataFrame({
-            "rank": np.full(len(ops), r, dtype=np.int32), "seq": ops["seq"].to_numpy(),
-            "name": ops["name"].to_numpy(), "step": ops["step"].to_numpy(), "is_view": ops["is_view"].to_numpy(),
-            "t_start_ns": ops["start_ns"].to_numpy(dtype=np.int64) + off,
-            "t_end_ns": ops["end_ns"].to_numpy(dtype=np.int64) + off,
-            "in_bytes": ops["in_bytes"].to_numpy(), "out_bytes": ops["out_bytes"].to_numpy(),
-            "transfer_bytes": ops["transfer_bytes"].to_numpy(),
-            "tags": ops["tags"].to_numpy() if "tags" in ops.columns else np.full(len(ops), None, dtype=object),
-        })
-        frames.append(df)
-    if not frames:
-        return pd.DataFrame(columns=["rank", "seq", "name", "step", "is_view", "t_start_ns", "t_end_ns", "in_bytes",
-                                     "out_bytes", "transfer_bytes", "tags"])
-    return pd.concat(frames, ignore_index=True).sort_values(["t_start_ns", "rank"], kind="stable").reset_index(drop=True)
+# ------------------------------------------------------------------------------------------- alignment
+def _wall_offsets(digests: Sequence[Any], ranks: Sequence[int]) -> tuple[dict[int, int], str, str]:
+    starts = [d.meta.get("start_wall_ns") for d in digests]
+    if not starts or any(not s for s in starts):
+        return {r: 0 for r in ranks}, "none", "some ranks have no wall-clock start: each rank's times start at " \
+                                              "its own capture start"
+    run_start = [int(d.meta.get("run_start_wall_ns") or 0) for d in digests]
+    origin = min(r for r in run_start) if all(run_start) else min(int(s) for s in starts)
+    return {r: int(s) - origin for r, s in zip(ranks, starts)}, "wall clock", \
+        "each rank's wall-clock start (one host's clock; across hosts as good as their clock sync)"
 
 
-def collective_table(timeline: pd.DataFrame, modeled_ns: dict[tuple[int, int], float] | None = None) -> pd.DataFrame:
-    """One row per (collective instance, rank): arrival, wait for the last rank, compute before it."""
+def _spread(frame: pd.DataFrame, col: str) -> float:
+    g = frame.groupby("key")[col]
+    return float((g.max() - g.min()).median())
+
+
+def align_clocks(coll: pd.DataFrame, base: dict[int, int], method: str, detail: str) -> ClockAlignment:
+    """Refine the base offsets from the exits of the collectives matched on every rank (see the module doc).
+    `coll` holds each rank's collectives on its own clock (columns key, rank, arrival_ns, issue_end_ns)."""
+    ranks = sorted(base)
+    zero = {r: 0 for r in ranks}
+    if len(ranks) < 2 or not len(coll):
+        return ClockAlignment(method, dict(base), zero, None, 0, detail + "; no collectives matched across ranks, "
+                              "so the residual skew is not measurable")
+    c = coll.assign(arrival=coll["arrival_ns"] + coll["rank"].map(base),
+                    exit=coll["issue_end_ns"] + coll["rank"].map(base))
+    full = c.groupby("key")["rank"].transform("nunique") == len(ranks)
+    c = c[full]
+    matched = int(c["key"].nunique())
+    if matched < MIN_ALIGN_COLLECTIVES:
+        return ClockAlignment(method, dict(base), zero, None, matched,
+                              detail + f"; {matched} collective(s) matched on every rank (fewer than "
+                              f"{MIN_ALIGN_COLLECTIVES}): residual skew not measurable")
+    ref = c.groupby("key")["exit"].transform("median")
+    corr = (c["exit"] - ref).groupby(c["rank"]).median().round().astype(np.int64)
+    corr = corr - int(corr.get(ranks[0], 0))      # the lowest rank's clock is the reference
+    corrected = c.assign(exit=c["exit"] - c["rank"].map(corr), arrival=c["arrival"] - c["rank"].map(corr))
+    exit_spread, arrival_spread = _spread(corrected, "exit"), _spread(corrected, "arrival")
+    if arrival_spread > 0 and exit_spread <= BLOCKING_RATIO * arrival_spread:
+        offsets = {r: int(base[r] - int(corr.get(r, 0))) for r in ranks}
+        return ClockAlignment("collective exits", offsets, {r: -int(corr.get(r, 0)) for r in ranks},
+                              exit_spread, matched,
+                              f"{detail}, corrected by the exits of {matched} blocking collectives matched on "
+                              f"every rank (residual skew: their median exit spread)")
+    return ClockAlignment(method, dict(base), zero, None, matched,
+                          f"{detail}; the {matched} matched collectives do not block on the host (their exits "
+                          f"spread like their arrivals), so they cannot measure the skew and were not used")
+
+
+# ------------------------------------------------------------------------------------------- collectives
+def collective_table(per_rank: pd.DataFrame, offsets: dict[int, int]) -> pd.DataFrame:
+    """One row per (collective instance, rank) on the aligned clock: arrival, wait for the last rank."""
     cols = ["key", "op", "group", "index", "rank", "arrival_ns", "issue_end_ns", "bytes", "compute_before_ns",
-            "op_before", "last_arrival_ns", "wait_ns", "is_last", "finish_ns"]
-    tl = timeline
-    if not len(tl):
+            "op_before", "seq", "modeled_ns", "last_arrival_ns", "wait_ns", "is_last", "finish_ns"]
+    if not len(per_rank):
         return pd.DataFrame(columns=cols)
-    coll = is_collective(tl["name"])
-    if not coll.any():
-        return pd.DataFrame(columns=cols)
-    tl = tl.sort_values(["rank", "t_start_ns", "seq"], kind="stable").reset_index(drop=True)
-    coll = is_collective(tl["name"])
-    rows = []
-    for rank, g in tl.groupby("rank", sort=True):
-        idx = np.flatnonzero(coll[g.index.to_numpy()])
-        names = g["name"].to_numpy()
-        starts = g["t_start_ns"].to_numpy()
-        ends = g["t_end_ns"].to_numpy()
-        view = g["is_view"].to_numpy(dtype=bool)
-        prev_end = int(starts[0]) if len(starts) else 0
-        prev_pos = 0
-        counters: dict[tuple[str, str], int] = {}
-        for pos in idx:
-            name = str(names[pos])
-            group = _group_of(g["tags"].iloc[pos])
-            k = counters.get((name, group), 0)
-            counters[(name, group)] = k + 1
-            before = [p for p in range(prev_pos, pos) if not view[p] and not coll[g.index[p]]]
-            tb = float(g["transfer_bytes"].iloc[pos])
-            nbytes = tb if tb > 0 else float(max(g["in_bytes"].iloc[pos], g["out_bytes"].iloc[pos]))
-            rows.append({"key": f"{name}|{group}|{k}", "op": name, "group": group, "index": k, "rank": int(rank),
-                         "arrival_ns": int(starts[pos]), "issue_end_ns": int(ends[pos]), "bytes": nbytes,
-                         "compute_before_ns": float(starts[pos] - prev_end),
-                         "op_before": str(names[before[-1]]) if before else None,
-                         "seq": int(g["seq"].iloc[pos])})
-            prev_end = int(ends[pos])
-            prev_pos = pos + 1
-    df = pd.DataFrame(rows)
+    df = per_rank.copy()
+    off = df["rank"].map(offsets).astype(np.int64)
+    df["arrival_ns"] = df["arrival_ns"].astype(np.int64) + off
+    df["issue_end_ns"] = df["issue_end_ns"].astype(np.int64) + off
     counts = df.groupby("key")["rank"].transform("nunique")
     df = df[counts >= 2].copy()
     if not len(df):
         return pd.DataFrame(columns=cols)
-    df["last_arrival_ns"] = df.groupby("key")["arrival_ns"].transform("max")
+    g = df.groupby("key")
+    df["last_arrival_ns"] = g["arrival_ns"].transform("max")
     df["wait_ns"] = (df["last_arrival_ns"] - df["arrival_ns"]).astype(float)
-    last_rank = df.loc[df.groupby("key")["arrival_ns"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
+    last_rank = df.loc[g["arrival_ns"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
     df["is_last"] = df["rank"].to_numpy() == df["key"].map(last_rank).to_numpy()
-    dur = np.zeros(len(df))
-    if modeled_ns:
-        dur = np.array([modeled_ns.get((int(r), int(s)), 0.0) for r, s in zip(df["rank"], df["seq"])])
-    df["modeled_ns"] = dur
-    df["finish_ns"] = df["last_arrival_ns"] + df.groupby("key")["modeled_ns"].transform("max")
-    df["finish_ns"] = np.maximum(df["finish_ns"].to_numpy(), df.groupby("key")["issue_end_ns"].transform("max"))
-    return df.sort_values(["last_arrival_ns", "key", "rank"], kind="stable").reset_index(drop=True)
+    df["finish_ns"] = np.maximum(df["last_arrival_ns"] + g["modeled_ns"].transform("max"),
+                                 g["issue_end_ns"].transform("max"))
+    return df[cols].sort_values(["last_arrival_ns", "key", "rank"], kind="stable").reset_index(drop=True)
 
 
 def instances(coll: pd.DataFrame) -> pd.DataFrame:
     """One row per collective instance: op, bytes, first/last arrival, the last rank, the longest wait."""
     if not len(coll):
         return pd.DataFrame(columns=["key", "op", "group", "index", "bytes", "first_arrival_ns", "last_arrival_ns",
-                                     "finish_ns", "span_ns", "last_rank", "max_wait_ns", "total_wait_ns"])
+                                     "finish_ns", "span_ns", "last_rank", "ranks", "max_wait_ns", "total_wait_ns"])
     g = coll.groupby("key", sort=False)
     out = pd.DataFrame({
         "op": g["op"].first(), "group": g["group"].first(), "index": g["index"].first(), "bytes": g["bytes"].max(),
         "first_arrival_ns": g["arrival_ns"].min(), "last_arrival_ns": g["arrival_ns"].max(),
-        "finish_ns": g["finish_ns"].max(), "max_wait_ns": g["wait_ns"].max(), "total_wait_ns": g["wait_ns"].sum(),
+        "finish_ns": g["finish_ns"].max(), "ranks": g["rank"].nunique(), "max_wait_ns": g["wait_ns"].max(),
+        "total_wait_ns": g["wait_ns"].sum(),
     })
     out["span_ns"] = out["finish_ns"] - out["first_arrival_ns"]
     out["last_rank"] = coll.loc[g["arrival_ns"].idxmax(), ["key", "rank"]].set_index("key")["rank"]
@@ -194,7 +268,7 @@ def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAI
         return None
     inst = coll.groupby("key").agg(total=("wait_ns", "sum"))
     lasts = coll[coll["is_last"]].set_index("key")
-    caused = lasts.join(inst)[["rank", "op", "total"]]
+    caused = lasts.join(inst)[["rank", "op", "index", "total"]]
     by_rank = caused.groupby("rank")["total"].sum()
     if not len(by_rank) or by_rank.max() < min_wait_ns:
         return None
@@ -209,141 +283,149 @@ def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAI
     before = coll[(coll["key"] == worst_key) & (coll["rank"] == rank)]["op_before"]
     return Straggler(rank=rank, op=op, caused_wait_ns=float(by_rank.max()), last_share=share,
                      compute_before_ns=mine_cb, others_compute_before_ns=float(others.median()) if len(others) else 0.0,
-                     op_before=None if before.empty else before.iloc[0])
+                     op_before=None if before.empty else before.iloc[0],
+                     index=int(mine.loc[worst_key, "index"]), instance_wait_ns=float(mine.loc[worst_key, "total"]))
 
 
-def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    if not len(starts):
-        return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
-    run_end = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > run_end[:-1]
-    grp = np.cumsum(new) - 1
-    us = s[new]
-    ue = np.zeros(len(us), dtype=e.dtype)
-    np.maximum.at(ue, grp, e)
-    return us, ue
+# ------------------------------------------------------------------------------------------- per rank
+def _overlap(d: Any, mine: pd.DataFrame, offset: int) -> tuple[float, float]:
+    """(time in collectives, the part of it overlapping the rank's compute), from its activity bins."""
+    from neuron_studio.profiler.analysis.rank_digest import cumulative_busy, interval_union
+
+    if not len(mine):
+        return 0.0, 0.0
+    ws, we = interval_union(mine["arrival_ns"].to_numpy(dtype=np.int64) - offset,
+                            mine["finish_ns"].to_numpy(dtype=np.int64) - offset)
+    comm = float((we - ws).sum())
+    act = d.activity
+    if not len(act):
+        return comm, 0.0
+    edges = np.append(act["start_ns"].to_numpy(dtype=np.int64), int(act["start_ns"].iloc[-1]) +
+                      int(d.meta.get("activity_bin_ns") or 1))
+    cum = np.concatenate([[0.0], np.cumsum(act["compute_ns"].to_numpy(dtype=float))])
+
+    def busy(x: np.ndarray) -> np.ndarray:    # compute busy before x, linear within a bin
+        return np.interp(x.astype(float), edges.astype(float), cum)
+
+    inside = busy(we) - busy(ws)
+    return comm, float(np.minimum(inside, we - ws).sum())
 
 
-def _intersect_len(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> float:
-    total = 0.0
-    i = j = 0
-    (as_, ae), (bs, be) = a, b
-    while i < len(as_) and j < len(bs):
-        lo, hi = max(as_[i], bs[j]), min(ae[i], be[j])
-        if hi > lo:
-            total += float(hi - lo)
-        if ae[i] < be[j]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-def comm_overlap(timeline: pd.DataFrame, coll: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: time in collectives (arrival to completion) and how much of it overlaps its own compute."""
-    out = []
-    for rank, g in timeline.groupby("rank", sort=True):
-        comp = ~is_collective(g["name"]) & ~g["is_view"].to_numpy(dtype=bool)
-        cu = _union(g["t_start_ns"].to_numpy()[comp].astype(np.int64), g["t_end_ns"].to_numpy()[comp].astype(np.int64))
-        c = coll[coll["rank"] == rank] if len(coll) else coll
-        wu = _union(c["arrival_ns"].to_numpy(dtype=np.int64), c["finish_ns"].to_numpy(dtype=np.int64)) if len(c) \
-            else (np.zeros(0, np.int64), np.zeros(0, np.int64))
-        comm = float((wu[1] - wu[0]).sum()) if len(wu[0]) else 0.0
-        ov = _intersect_len(wu, cu) if comm else 0.0
-        out.append({"rank": int(rank), "comm_ns": comm, "overlap_ns": ov,
-                    "overlap_share": ov / comm if comm else 0.0,
-                    "compute_ns": float((cu[1] - cu[0]).sum()) if len(cu[0]) else 0.0})
-    return pd.DataFrame(out, columns=["rank", "comm_ns", "overlap_ns", "overlap_share", "compute_ns"])
-
-
-def rank_table(timeline: pd.DataFrame, coll: pd.DataFrame, profiles: dict[int, Any] | None = None) -> pd.DataFrame:
-    """Per rank: measured step time, modeled step time, MFU, collectives, bytes, wait, overlap."""
+def rank_table(digests: Sequence[Any], ranks: Sequence[int], sources: Sequence[str], coll: pd.DataFrame,
+               offsets: dict[int, int], common_steps: Sequence[int]) -> pd.DataFrame:
+    """Per rank: measured step time over the common steps, modeled step time, MFU, collectives, bytes, wait,
+    overlap, memory peak (and the measured GPU shares of GPU traces)."""
     rows = []
-    ov = comm_overlap(timeline, coll).set_index("rank") if len(timeline) else pd.DataFrame()
-    for rank, g in timeline.groupby("rank", sort=True):
-        per_step = g.groupby("step").agg(s=("t_start_ns", "min"), e=("t_end_ns", "max"))
-        step_ns = float((per_step["e"] - per_step["s"]).mean()) if len(per_step) else float("nan")
+    common = set(int(s) for s in common_steps)
+    for d, rank, src in zip(digests, ranks, sources):
+        st = d.steps[d.steps["step"].isin(common)] if common else d.steps
         c = coll[coll["rank"] == rank] if len(coll) else coll
-        prof = (profiles or {}).get(int(rank))
-        rows.append({
-            "rank": int(rank), "ops": int(len(g)), "steps": int(g["step"].nunique()),
-            "step_time_ns": step_ns,
-            "modeled_step_time_ns": float(prof.step_time_ns) if prof is not None else float("nan"),
-            "mfu": float(prof.mfu) if prof is not None else float("nan"),
-            "tensor_utilization": float(prof.summary.engine_utilization.get("tensor", 0.0)) if prof is not None
-            else float("nan"),
+        comm, ov = _overlap(d, c, offsets.get(rank, 0))
+        m = d.meta
+        row = {
+            "rank": int(rank), "rank_source": src, "ops": int(m.get("ops") or 0), "steps": int(len(st)),
+            "step_time_ns": float(st["duration_ns"].mean()) if len(st) else float("nan"),
+            "modeled_step_time_ns": _num(m.get("modeled_step_time_ns")), "mfu": _num(m.get("mfu")),
+            "tensor_utilization": _num(m.get("tensor_utilization")),
             "collectives": int(len(c)), "comm_bytes": float(c["bytes"].sum()) if len(c) else 0.0,
             "wait_ns": float(c["wait_ns"].sum()) if len(c) else 0.0,
             "last_arrivals": int(c["is_last"].sum()) if len(c) else 0,
-            "comm_ns": float(ov.loc[rank, "comm_ns"]) if rank in ov.index else 0.0,
-            "overlap_share": float(ov.loc[rank, "overlap_share"]) if rank in ov.index else 0.0,
-        })
-    return pd.DataFrame(rows)
+            "comm_ns": comm, "overlap_share": ov / comm if comm else 0.0,
+            "memory_peak_bytes": _num(m.get("memory_peak_bytes")),
+            "clock_offset_ns": int(offsets.get(rank, 0)),
+            "first_op_ns": int(offsets.get(rank, 0)) + int(m.get("first_ns") or 0),   # on the job's clock
+        }
+        for part in ("compute", "communication", "memory", "idle"):
+            if m.get(f"gpu_{part}_share") is not None:
+                row[f"gpu_{part}_share"] = float(m[f"gpu_{part}_share"])
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values("rank", kind="stable").reset_index(drop=True)
 
 
-def _modeled_collective_ns(profiles: dict[int, Any] | None) -> dict[tuple[int, int], float]:
-    out: dict[tuple[int, int], float] = {}
-    for rank, prof in (profiles or {}).items():
-        m = prof.ops
-        mask = m["op"].astype(str).str.startswith("c10d::").to_numpy() if "op" in m.columns else None
-        if mask is None or not mask.any():
-            continue
-        sub = m[mask]
-        for seq, s, e in zip(sub["seq"], sub["device_start_ns"], sub["device_end_ns"]):
-            out[(int(rank), int(seq))] = float(e - s)
-    return out
+def _num(v: Any) -> float:
+    return float("nan") if v is None else float(v)
 
 
-def analyze_ranks(traces: Sequence[Any], profiles: dict[int, Any] | None = None,
-                  ranks: Sequence[int] | None = None) -> RankAnalysis:
-    """Merge per-rank traces and find per-rank step time, the straggler, overlap and the slowest collective."""
-    timeline = merge_ranks(traces, ranks)
-    coll = collective_table(timeline, _modeled_collective_ns(profiles))
-    inst = instances(coll)
+def _common_steps(digests: Sequence[Any], ranks: Sequence[int]) -> tuple[list[int], dict[str, Any], list[str]]:
+    sets = [set(d.steps["step"].astype(int).tolist()) for d in digests]
+    common = sorted(set.intersection(*sets)) if sets else []
     notes = []
-    if any(not t.meta.get("start_wall_ns") for t in traces):
-        notes.append("some ranks have no start time: their timelines are not aligned")
-    rank_ids = list(ranks) if ranks is not None else [int(t.meta.get("rank", i)) for i, t in enumerate(traces)]
-    if len(set(rank_ids)) < len(rank_ids):
-        dup = sorted({r for r in rank_ids if rank_ids.count(r) > 1})
-        notes.append(f"rank(s) {dup} appear in more than one trace: the traces are not one job's ranks")
-    world = max((int(t.meta.get("world_size") or 0) for t in traces), default=0)
-    if world > len(set(rank_ids)):
-        notes.append(f"{len(set(rank_ids))} of {world} ranks present: figures cover these ranks only")
+    extra = {r: sorted(s - set(common)) for r, s in zip(ranks, sets) if s - set(common)}
+    if extra:
+        shown = ", ".join(f"rank {r}: {v[:5]}{'…' if len(v) > 5 else ''}" for r, v in list(extra.items())[:8])
+        notes.append(f"steps not recorded on every rank are left out of the step times ({shown})")
+    if sets and not common:
+        notes.append("no step was recorded on every rank: step times use each rank's own steps")
+    return common, {"common": len(common), "first": common[0] if common else None,
+                    "last": common[-1] if common else None, "ranks_with_extra_steps": len(extra)}, notes
+
+
+def _job_op_table(digests: Sequence[Any]) -> pd.DataFrame:
+    frames = [d.ops.assign(_r=i) for i, d in enumerate(digests) if len(d.ops)]
+    if not frames:
+        return pd.DataFrame(columns=["key", "count", "device_ns", "host_ns", "flops", "bytes", "ranks"])
+    allops = pd.concat(frames, ignore_index=True)
+    g = allops.groupby("key", sort=False)
+    out = g.agg(count=("count", "sum"), device_ns=("device_ns", "sum"), host_ns=("host_ns", "sum"),
+                flops=("flops", "sum"), bytes=("bytes", "sum"), ranks=("_r", "nunique")).reset_index()
+    return out.sort_values("device_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+# ------------------------------------------------------------------------------------------- reduce
+def reduce_digests(digests: Sequence[Any], inputs: Sequence[Any] | None = None) -> RankAnalysis:
+    """The job analysis from its ranks' digests (see the module doc); `inputs` (the `RankInput`s, same order)
+    give the ranks that file and folder names state."""
+    ranks, sources, notes = resolve_ranks(digests, inputs)
+    base, method, detail = _wall_offsets(digests, ranks)
+    own = []
+    for d, r in zip(digests, ranks):
+        c = d.collectives
+        if len(c):
+            own.append(c.assign(rank=int(r), key=c["op"].astype(str) + "|" + c["group"].astype(str) + "|"
+                                + c["index"].astype(str)))
+    per_rank = pd.concat(own, ignore_index=True) if own else pd.DataFrame(
+        columns=["key", "rank", "op", "group", "index", "seq", "arrival_ns", "issue_end_ns", "bytes",
+                 "compute_before_ns", "op_before", "modeled_ns"])
+    alignment = align_clocks(per_rank, base, method, detail)
+    if method == "none" and alignment.method == "none":
+        notes.append("some ranks have no start time and their collectives do not block: their timelines are "
+                     "not aligned")
+    coll = collective_table(per_rank, alignment.offsets_ns)
+    inst = instances(coll)
+    worlds = [int(d.meta.get("world_size") or 0) for d in digests]
+    world = max(worlds, default=0)
+    if world > len(set(ranks)):
+        notes.append(f"{len(set(ranks))} of {world} ranks present: figures cover these ranks only")
+    common, step_info, step_notes = _common_steps(digests, ranks)
+    notes.extend(step_notes)
     slowest = None
     if len(inst):
         r = inst.loc[inst["span_ns"].idxmax()]
         slowest = {"op": str(r["op"]), "index": int(r["index"]), "group": str(r["group"]), "bytes": float(r["bytes"]),
                    "span_ns": float(r["span_ns"]), "last_rank": int(r["last_rank"]),
-                   "max_wait_ns": float(r["max_wait_ns"])}
-    table = rank_table(timeline, coll, profiles)
-    if len(table):
-        table = _measured_step_times(table, dict(zip(rank_ids, traces)))
-    return RankAnalysis(ranks=table, collectives=coll, instances=inst,
-                        timeline=timeline, straggler=find_straggler(coll), slowest_collective=slowest, notes=notes)
+                   "max_wait_ns": float(r["max_wait_ns"]), "ranks": int(r["ranks"])}
+    table = rank_table(digests, ranks, sources, coll, alignment.offsets_ns, common)
+    for d in digests:
+        notes.extend(f"rank {d.meta.get('rank', '?')}: {n}" for n in d.notes[:3])
+    return RankAnalysis(ranks=table, collectives=coll, instances=inst, straggler=find_straggler(coll),
+                        slowest_collective=slowest, alignment=alignment, steps=step_info,
+                        op_table=_job_op_table(digests), notes=notes)
 
 
-def _measured_step_times(table: pd.DataFrame, by_rank: dict[int, Any]) -> pd.DataFrame:
-    """Where a rank's trace recorded ProfilerStep#N windows, its step time is their mean duration (what the
-    step took on that rank), not the span of the ops it could attribute. Ranks recorded on a GPU also get
-    their temporal breakdown (shares of compute / communication / memory / idle over their GPU span)."""
-    from neuron_studio.profiler.analysis.gpu import gpu_activity, temporal_breakdown
+def analyze_ranks(traces: Sequence[Any], profiles: dict[int, Any] | None = None,
+                  ranks: Sequence[int] | None = None) -> RankAnalysis:
+    """In-process convenience over traces already in memory: digest each, then reduce. `profiles` (rank →
+    Profile) add the modeled figures; `ranks` override the ranks the traces name. For a job on disk,
+    `job_map.analyze_job` digests one rank at a time instead."""
+    from neuron_studio.profiler.analysis.rank_digest import digest_trace
 
-    out = table.copy()
-    for i, rank in enumerate(out["rank"].tolist()):
-        t = by_rank.get(int(rank))
-        if t is None:
-            continue
-        wins = (t.meta.get("imported") or {}).get("step_windows") or []
-        if wins:
-            out.loc[i, "step_time_ns"] = float(np.mean([w["end_ns"] - w["start_ns"] for w in wins]))
-            out.loc[i, "steps"] = len(wins)
-        act = gpu_activity(t.host, t.ops)
-        if len(act):
-            tb = temporal_breakdown(act)
-            for part in ("compute", "communication", "memory", "idle"):
-                out.loc[i, f"gpu_{part}_share"] = tb.share(part)
-    return out
+    rank_ids = list(ranks) if ranks is not None else [t.meta.get("rank", i) for i, t in enumerate(traces)]
+    digests = []
+    for t, r in zip(traces, rank_ids):
+        d = digest_trace(t, (profiles or {}).get(int(r)) if r is not None else None)
+        if ranks is not None:
+            d.meta["rank"], d.meta["rank_source"] = int(r), d.meta.get("rank_source") or "given"
+        elif d.meta.get("rank") is not None and not d.meta.get("rank_source"):
+            d.meta["rank_source"] = "trace metadata"
+        digests.append(d)
+    return reduce_digests(digests)

@@ -456,6 +456,7 @@ def _imported_meta(ev: EventColumns, doc: dict, name: str, side: SideEvents, n_o
     ident = kineto.trace_identity(doc)
     if ident.rank is not None:
         meta["rank"], meta["world_size"] = ident.rank, ident.world_size
+        meta["rank_source"] = "distributedInfo"
         imp["distributed_backend"] = ident.backend
     # the wall clock of the first event, so ranks line up: kineto's base + ts, or epoch-µs timestamps as such
     if ident.base_time_ns is not None:

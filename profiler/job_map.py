@@ -1,0 +1,316 @@
+"""Analyse a many-rank job with bounded memory: map each rank to a digest on worker processes (local by
+default, a Dask cluster when given one), reduce the digests on the client.
+
+    job = analyze_job("traces/")                                  # local processes, sized to memory
+    job = analyze_job("traces/*.json.gz", client=distributed.Client("tcp://scheduler:8786"))
+    job = analyze_job("traces/", scheduler="tcp://scheduler:8786")
+
+A worker reads one rank (the streaming reader for Chrome traces), models it, digests it
+(`analysis.rank_digest`) and returns the digest as Parquet bytes; the client keeps only digests (a few
+thousand rows per rank) and writes them under `digest_dir` when given. Local workers are fresh processes
+that each take one rank and exit (`max_tasks_per_child=1`), so a worker's memory is that of one rank; how
+many run at once is sized from the machine's available memory and the largest rank (`local_workers`). On
+Dask, each task is one rank; the trace paths must be readable from the workers (a shared file system), and
+the report is the same either way (the reduce does not depend on where the map ran).
+
+With `store_run`, each worker also saves its rank's tables into a run store (as `neuron-studio import` needs,
+so the JupyterLab panel and trace viewer open the job); the tables are written under a per-input name and
+renamed to the rank's position once every rank is known (`finish_store_tables`).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from neuron_studio.profiler.analysis.rank_digest import RankDigest, write_digest
+from neuron_studio.profiler.analysis.ranks import RankAnalysis, reduce_digests
+from neuron_studio.profiler.importers.job_inputs import RankInput, job_inputs
+
+__all__ = ["JobAnalysis", "analyze_job", "map_rank", "local_workers", "memory_estimate", "StoreTarget",
+           "JobMapError", "BYTES_PER_JSON_BYTE", "GZIP_RATIO"]
+
+#: Peak resident bytes of a worker per byte of Chrome-trace JSON it reads and models (measured on the
+#: 1M-event benchmark trace: ~1.0 GB peak for ~200 MB of JSON, rounded up) and the uncompressed size a
+#: .json.gz file is assumed to have per compressed byte (kineto traces compress ~10x). Both only size how
+#: many local workers run at once.
+BYTES_PER_JSON_BYTE = 6.0
+GZIP_RATIO = 10.0
+#: Memory a worker needs besides its rank (interpreter, torch, pandas): measured ~350 MB, rounded up.
+WORKER_BASE_BYTES = 512 << 20
+
+
+class JobMapError(RuntimeError):
+    """A rank's map failed: names the input and what went wrong."""
+
+
+@dataclass(frozen=True)
+class StoreTarget:
+    """Where workers save their rank's tables: a run store root and the run id (`neuron-studio import`)."""
+
+    root: str
+    run_id: int
+
+
+@dataclass
+class JobAnalysis:
+    """A job's reduce plus what the map did: digests, the first rank's full summary, per-worker peaks."""
+
+    analysis: RankAnalysis
+    digests: list[RankDigest]
+    inputs: list[RankInput]
+    summary: dict[str, Any] | None            # the lowest input's profile summary (the report's body)
+    engine: str                               # "local processes (N)" | "dask (address)" | "in process"
+    worker_peak_rss_bytes: list[int] = field(default_factory=list)   # per rank, the worker's peak while on it
+    map_seconds: float = 0.0
+    reduce_seconds: float = 0.0
+
+    def report_summary(self, *, name: str | None = None, run_id: int | None = None) -> dict[str, Any]:
+        """The job report: the first rank's summary plus the ranks section (JSON-safe)."""
+        from neuron_studio.profiler.profile_summary import _finite
+
+        s = dict(self.summary or {})
+        if name is not None:
+            s["name"] = name
+        if run_id is not None:
+            s["run_id"] = run_id
+        block = self.analysis.to_summary()
+        block["engine"] = self.engine
+        block["inputs"] = [{"path": i.path, "kind": i.kind} for i in self.inputs]
+        s["ranks_analysis"] = _finite(block)
+        s["ranks"] = len(self.digests)
+        return s
+
+
+# -------------------------------------------------------------------------------------------- the map
+def _clear_peak() -> None:
+    """Reset this process's VmHWM to its current RSS, so the next reading is this task's peak (Linux)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def read_rank(inp: RankInput) -> tuple[Any, Any]:
+    """(Trace, Profile) of one rank's input, whatever its kind."""
+    from neuron_studio.profiler.profile import Profile
+
+    if inp.kind == "neuron-explorer":
+        from neuron_studio.profiler.neuron_profile import load_neuron_profile
+
+        prof = load_neuron_profile(inp.path)
+        return prof.trace, prof
+    if inp.kind == "store-rank":
+        trace = _store_rank_trace(Path(inp.path), int(inp.store_rank))
+    else:
+        from neuron_studio.profiler.importers import read_trace
+
+        trace = read_trace(inp.path)
+    return trace, Profile.from_trace(trace)
+
+
+def _store_rank_trace(d: Path, rank: int) -> Any:
+    import json
+
+    import pyarrow.parquet as pq
+
+    from neuron_studio.profiler.trace import Trace
+
+    def table(base: str) -> Any:
+        p = d / f"{base}_r{rank}.parquet"
+        return pq.read_table(p).to_pandas() if p.is_file() else None
+
+    meta_df = table("meta")
+    meta = json.loads(meta_df["json"].iloc[0]) if meta_df is not None else {}
+    if meta.get("rank") is None:
+        meta["rank"], meta["rank_source"] = rank, "stored table name"
+    return Trace(ops=table("ops"), host=table("host"), compiles=table("compiles"), meta=meta, memory=table("memory"))
+
+
+def map_rank(inp: RankInput, with_summary: bool = False, store: StoreTarget | None = None) -> dict[str, Any]:
+    """The map task: one rank → its digest as payload (Parquet bytes), plus this task's peak RSS. Runs in a
+    worker process (local or Dask); everything it returns is small."""
+    from neuron_studio.profiler.analysis.rank_digest import digest_trace
+
+    _clear_peak()
+    t0 = time.perf_counter()
+    try:
+        trace, prof = read_rank(inp)
+        digest = digest_trace(trace, prof, with_summary=with_summary, summary_name=Path(inp.path).name)
+        if store is not None:
+            _save_rank_tables(store, inp, prof)
+    except Exception as e:  # noqa: BLE001 - becomes JobMapError on the client, naming the input
+        return {"error": f"{inp.label}: {type(e).__name__}: {str(e)[:500]}"}
+    del trace, prof
+    return {"payload": digest.to_payload(), "peak_rss": _peak_rss(), "seconds": time.perf_counter() - t0}
+
+
+def _temp_rank(inp: RankInput) -> int:
+    """The table suffix a worker writes before ranks are known: far above any real rank."""
+    return 1_000_000 + inp.position
+
+
+def _save_rank_tables(store: StoreTarget, inp: RankInput, prof: Any) -> None:
+    from neuron_studio._activate import save_rank
+    from neuron_studio.store import RunStore
+
+    save_rank(RunStore(store.root), store.run_id, prof, _temp_rank(inp), 2)
+
+
+def finish_store_tables(store: Any, run_id: int, inputs: Sequence[RankInput], positions: Sequence[int]) -> None:
+    """Rename each input's tables to its rank position (`<table>_r<pos>`), and give position 0's the
+    unsuffixed names too, as `save_rank` does for a job's rank 0."""
+    import shutil
+
+    from neuron_studio._activate import rank_table
+
+    world = len(inputs)
+    d = store.table_path(run_id, "ops").parent
+    for inp, pos in zip(inputs, positions):
+        tmp = f"_r{_temp_rank(inp)}"
+        for f in sorted(d.glob(f"*{tmp}.parquet")):
+            base = f.name[: -len(f"{tmp}.parquet")]
+            final = store.table_path(run_id, rank_table(base, pos, world))
+            os.replace(f, final)
+            if pos == 0 and world > 1:
+                shutil.copyfile(final, store.table_path(run_id, base))
+
+
+# -------------------------------------------------------------------------------------------- engines
+def summary_input(inputs: Sequence[RankInput]) -> int:
+    """Which input's full profile summary becomes the report's body: the lowest rank its name states, else
+    the first input (its distributedInfo is not known before it is read)."""
+    return min(range(len(inputs)), key=lambda i: (inputs[i].name_rank is None, inputs[i].name_rank or 0, i)) \
+        if inputs else 0
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def memory_estimate(inp: RankInput) -> int:
+    """Bytes one worker is expected to need for this input (see `BYTES_PER_JSON_BYTE`)."""
+    p = Path(inp.path)
+    if p.is_dir():
+        size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return WORKER_BASE_BYTES + int(size * 4)   # Parquet expands ~4x into pandas
+    size = p.stat().st_size * (GZIP_RATIO if p.name.lower().endswith(".gz") else 1.0)
+    return WORKER_BASE_BYTES + int(size * BYTES_PER_JSON_BYTE)
+
+
+def local_workers(inputs: Sequence[RankInput], *, available: int | None = None, cpus: int | None = None) -> int:
+    """How many local workers run at once: as many as the CPUs, fewer when the largest rank's estimate times
+    the count would not fit in 80 % of the available memory; at least one."""
+    available = _available_memory() if available is None else available
+    cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    need = max((memory_estimate(i) for i in inputs), default=WORKER_BASE_BYTES)
+    return max(1, min(cpus, len(inputs), int(0.8 * available) // max(need, 1)))
+
+
+def _run_local(inputs: Sequence[RankInput], workers: int, store: StoreTarget | None,
+               progress: Callable[[int, int], None] | None) -> list[dict]:
+    ctx = multiprocessing.get_context("spawn")      # a fresh interpreter per worker: no inherited memory
+    out: list[dict | None] = [None] * len(inputs)
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
+        first = summary_input(inputs)
+        futs = {pool.submit(map_rank, inp, i == first, store): i for i, inp in enumerate(inputs)}
+        for done, fut in enumerate(cf.as_completed(futs), 1):
+            out[futs[fut]] = fut.result()
+            if progress:
+                progress(done, len(inputs))
+    return out  # type: ignore[return-value]
+
+
+def _run_dask(client: Any, inputs: Sequence[RankInput], store: StoreTarget | None,
+              progress: Callable[[int, int], None] | None) -> list[dict]:
+    from distributed import as_completed
+
+    first = summary_input(inputs)
+    stamp = f"{os.getpid()}-{time.time_ns()}"
+    futs = [client.submit(map_rank, inp, i == first, store, key=f"neuron-studio-digest-{stamp}-{i}", pure=False)
+            for i, inp in enumerate(inputs)]
+    index = {f.key: i for i, f in enumerate(futs)}
+    out: list[dict | None] = [None] * len(inputs)
+    for done, fut in enumerate(as_completed(futs), 1):
+        out[index[fut.key]] = fut.result()
+        fut.release()
+        if progress:
+            progress(done, len(inputs))
+    return out  # type: ignore[return-value]
+
+
+def _dask_client(scheduler: str) -> Any:
+    try:
+        from distributed import Client
+    except ImportError:
+        raise JobMapError("a Dask scheduler was given but dask.distributed is not installed: "
+                          "pip install 'neuron-studio[dask]'") from None
+    return Client(scheduler)
+
+
+def analyze_job(targets: str | os.PathLike | Sequence[str | os.PathLike] | Sequence[RankInput], *,
+                client: Any = None, scheduler: str | None = None, workers: int | None = None,
+                digest_dir: str | os.PathLike | None = None, store: StoreTarget | None = None,
+                progress: Callable[[int, int], None] | None = None) -> JobAnalysis:
+    """Map every rank of the job to a digest, then reduce (see the module doc). `client` (a
+    `distributed.Client`) or `scheduler` (its address) run the map on Dask; else `workers` local processes
+    (default `local_workers`); `workers=0` maps in this process (tests, tiny jobs)."""
+    inputs = list(targets) if targets and all(isinstance(t, RankInput) for t in targets) else job_inputs(targets)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    own_client = None
+    if client is None and scheduler:
+        client = own_client = _dask_client(scheduler)
+    try:
+        if client is not None:
+            engine = f"dask ({getattr(client.scheduler, 'address', None) or 'cluster'})"
+            results = _run_dask(client, inputs, store, progress)
+        elif workers == 0:
+            engine = "in process"
+            first = summary_input(inputs)
+            results = [map_rank(inp, i == first, store) for i, inp in enumerate(inputs)]
+        else:
+            n = workers or local_workers(inputs)
+            engine = f"local processes ({n})"
+            results = _run_local(inputs, n, store, progress)
+    finally:
+        if own_client is not None:
+            own_client.close()
+    errors = [r["error"] for r in results if "error" in r]
+    if errors:
+        raise JobMapError(f"{len(errors)} of {len(inputs)} rank(s) could not be read: " + "; ".join(errors[:5]))
+    digests = [RankDigest.from_payload(r["payload"]) for r in results]
+    if digest_dir is not None:
+        for inp, r in zip(inputs, results):
+            write_digest(r["payload"], Path(digest_dir) / f"input-{inp.position:05d}")
+    map_s = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    analysis = reduce_digests(digests, inputs)
+    summary = next((d.summary for d in digests if d.summary is not None), None)
+    return JobAnalysis(analysis=analysis, digests=digests, inputs=inputs, summary=summary, engine=engine,
+                       worker_peak_rss_bytes=[int(r.get("peak_rss") or 0) for r in results],
+                       map_seconds=map_s, reduce_seconds=time.perf_counter() - t1)
