@@ -280,7 +280,10 @@ def analyze_job(targets: str | os.PathLike | Sequence[str | os.PathLike] | Seque
     """Map every rank of the job to a digest, then reduce (see the module doc). `client` (a
     `distributed.Client`) or `scheduler` (its address) run the map on Dask; else `workers` local processes
     (default `local_workers`); `workers=0` maps in this process (tests, tiny jobs)."""
-    inputs = list(targets) if targets and all(isinstance(t, RankInput) for t in targets) else job_inputs(targets)  # type: ignore[arg-type]
+    if isinstance(targets, (str, os.PathLike)):
+        targets = [targets]
+    given = list(targets)
+    inputs = given if given and all(isinstance(t, RankInput) for t in given) else job_inputs(given)
     t0 = time.perf_counter()
     own_client = None
     if client is None and scheduler:

@@ -143,7 +143,8 @@ def render_ranks_text(block: dict) -> str:
     """Per-rank lines of a multi-rank run (straggler, slowest collective)."""
     lines = ["  ranks:"]
     for r in block.get("ranks", []):
-        lines.append(f"    rank {r['rank']}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
+        src = f" [{r['rank_source']}]" if r.get("rank_source") else ""
+        lines.append(f"    rank {r['rank']}{src}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
                      f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
                      f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%"
                      + ("" if r.get("gpu_compute_share") is None else
@@ -158,4 +159,10 @@ def render_ranks_text(block: dict) -> str:
     if c:
         lines.append(f"  slowest collective: {c['op']} #{c['index']} ({c['bytes']:.0f} B) spans "
                      f"{fmt_ns(c['span_ns'])}, last rank {c['last_rank']}")
+    al = block.get("alignment")
+    if al:
+        skew = fmt_ns(al["residual_skew_ns"]) if al.get("residual_skew_ns") is not None else "not measurable"
+        lines.append(f"  clocks: {al['method']}, residual skew {skew}")
+    for n in block.get("notes") or []:
+        lines.append(f"  note: {n}")
     return "\n".join(lines)

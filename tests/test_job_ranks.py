@@ -1,0 +1,273 @@
+"""Many ranks: a job directory of per-rank traces → digests (map) → the job analysis (reduce), on local
+processes, in process and on a real Dask LocalCluster with worker processes.
+
+The jobs are written by benchmarks/synthetic_job.py (the benchmark's own generator, a few ranks × a few
+thousand events here), which simulates the job on one true clock: the expected arrivals, waits, straggler and
+clock skews come from that simulation, not from the analysis.
+"""
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from neuron_studio.profiler.analysis.rank_digest import ACTIVITY_BINS, read_digest, write_digest
+from neuron_studio.profiler.analysis.ranks import RankIdentityError, reduce_digests
+from neuron_studio.profiler.importers.job_inputs import job_inputs, rank_from_name
+from neuron_studio.profiler.job_map import analyze_job, local_workers, map_rank
+from neuron_studio.profiler.trace import TraceFormatError
+
+_spec = importlib.util.spec_from_file_location(
+    "synthetic_job", Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_job.py")
+sj = importlib.util.module_from_spec(_spec)
+sys.modules["synthetic_job"] = sj
+_spec.loader.exec_module(sj)
+
+SPEC = sj.JobSpec(ranks=4, events_per_rank=6000, launches_per_step=100, launches_per_collective=25, straggler=2)
+
+
+@pytest.fixture(scope="module")
+def job_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("job")
+    sj.write_job(d, SPEC)
+    (d / "README.txt").write_text("not a trace")
+    return d
+
+
+@pytest.fixture(scope="module")
+def job(job_dir):
+    return analyze_job(job_dir, workers=0)
+
+
+# -- inputs and rank identity ------------------------------------------------------------------------------
+def test_rank_from_name_reads_the_usual_spellings():
+    assert [rank_from_name(n) for n in ("trace_rank-3.json", "rank_12.pt.trace.json", "rank7", "job_r5.json",
+                                        "worker0.json", "rank-1_rank-2.json")] == [3, 12, 7, 5, None, None]
+
+
+def test_a_directory_lists_its_traces_in_rank_order_and_names_what_it_skipped(job_dir):
+    skipped: list[str] = []
+    inputs = job_inputs(job_dir, skipped=skipped)
+    assert [i.name_rank for i in inputs] == list(range(SPEC.ranks))
+    assert {i.kind for i in inputs} == {"chrome"} and {i.name_source for i in inputs} == {"file name"}
+    assert skipped == ["README.txt"]
+    assert [i.path for i in job_inputs(str(job_dir / "rank-*.json"))] == [i.path for i in inputs]   # a glob
+
+
+def test_per_rank_folders_and_gz_files_take_the_folder_rank(tmp_path, job_dir):
+    for r in range(2):
+        (tmp_path / f"node-a_r{r}").mkdir()
+        raw = (job_dir / f"rank-{r}.pt.trace.json").read_bytes()
+        (tmp_path / f"node-a_r{r}" / "trace.json.gz").write_bytes(gzip.compress(raw))
+    inputs = job_inputs(tmp_path)
+    assert [(i.name_rank, i.name_source, Path(i.path).name) for i in inputs] == [
+        (0, "folder", "trace.json.gz"), (1, "folder", "trace.json.gz")]
+
+
+def test_nothing_readable_is_an_error_naming_the_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(TraceFormatError, match="no per-rank traces found.*skipped: notes.txt"):
+        job_inputs(tmp_path)
+
+
+def _rewrite_info(src: Path, dst: Path, info: dict | None) -> None:
+    doc = json.loads(src.read_text())
+    if info is None:
+        doc.pop("distributedInfo", None)
+    else:
+        doc["distributedInfo"] = info
+    dst.write_text(json.dumps(doc))
+
+
+def test_rank_only_distributed_info_keeps_the_rank_and_says_where_it_came_from(tmp_path, job_dir):
+    # files named against their ranks: distributedInfo {"rank": N} alone must win, and the clash be noted
+    for r in range(2):
+        _rewrite_info(job_dir / f"rank-{r}.pt.trace.json", tmp_path / f"rank-{1 - r}.json", {"rank": r})
+    res = analyze_job(tmp_path, workers=0)
+    table = res.analysis.ranks
+    assert list(table["rank"]) == [0, 1] and set(table["rank_source"]) == {"distributedInfo"}
+    assert any("file name says rank 1 but its distributedInfo says rank 0" in n for n in res.analysis.notes)
+    assert res.digests[0].meta["world_size"] is None
+
+
+def test_rank_from_file_name_then_input_order_and_duplicates_are_refused(tmp_path, job_dir):
+    named, unnamed = tmp_path / "named", tmp_path / "unnamed"
+    named.mkdir(), unnamed.mkdir()
+    for r in (1, 0):
+        _rewrite_info(job_dir / f"rank-{r}.pt.trace.json", named / f"trace_rank{r}.json", None)
+    _rewrite_info(job_dir / "rank-0.pt.trace.json", unnamed / "a.json", None)
+    _rewrite_info(job_dir / "rank-1.pt.trace.json", unnamed / "b.json", None)
+    a = analyze_job(named, workers=0).analysis
+    assert list(a.ranks["rank_source"]) == ["file name"] * 2 and list(a.ranks["rank"]) == [0, 1]
+    b = analyze_job(unnamed, workers=0).analysis
+    assert list(b.ranks["rank_source"]) == ["input order"] * 2
+    assert any("name no rank" in n for n in b.notes)
+    dup = tmp_path / "dup"
+    dup.mkdir()
+    shutil.copy(job_dir / "rank-0.pt.trace.json", dup / "x.json")
+    shutil.copy(job_dir / "rank-0.pt.trace.json", dup / "y.json")
+    with pytest.raises(RankIdentityError, match="x.json and y.json both are rank 0"):
+        analyze_job(dup, workers=0)
+
+
+# -- the analysis against the simulation ------------------------------------------------------------------
+def test_straggler_waits_and_the_delayed_collective_match_the_simulation(job):
+    arr, exits = sj.arrivals(SPEC)
+    a = job.analysis
+    s = a.straggler
+    assert s is not None and s.rank == SPEC.straggler and s.op == "c10d::allreduce_"
+    # every rank's total wait: sum over collectives of (last arrival - own arrival), on the true clock
+    waits = {r: sum(max(k) - k[r] for k in arr) * 1000 for r in range(SPEC.ranks)}
+    got = a.ranks.set_index("rank")["wait_ns"]
+    for r in range(SPEC.ranks):
+        assert got[r] == pytest.approx(waits[r], abs=len(arr) * 2)       # µs→ns rounding of each timestamp
+    worst = int(np.argmax([sum(max(k) - x for x in k) for k in arr]))
+    assert s.index == worst
+    assert s.caused_wait_ns == pytest.approx(sum(waits.values()), abs=len(arr) * SPEC.ranks * 2)
+    assert a.ranks.set_index("rank")["last_arrivals"][SPEC.straggler] == len(arr)
+    assert s.compute_before_ns > s.others_compute_before_ns
+    assert a.slowest_collective["ranks"] == SPEC.ranks
+
+
+def test_clocks_are_aligned_from_the_collectives_and_the_residual_skew_is_stated(job):
+    al = job.analysis.alignment
+    assert al.method == "collective exits" and al.matched == SPEC.collectives
+    for r in range(SPEC.ranks):   # each rank's wall clock was off by skew_us(r): the correction undoes it
+        assert al.corrections_ns[r] == pytest.approx(-sj.skew_us(r, SPEC) * 1000, abs=2)
+    assert al.residual_skew_ns is not None and al.residual_skew_ns <= 2
+    block = job.report_summary()["ranks_analysis"]
+    assert block["alignment"]["method"] == "collective exits" and "residual" in block["alignment"]["detail"]
+
+
+def test_steps_are_intersected_across_ranks(tmp_path, job_dir):
+    for r in range(SPEC.ranks):
+        shutil.copy(job_dir / f"rank-{r}.pt.trace.json", tmp_path / f"rank-{r}.json")
+    # rank 3 lost its last ProfilerStep annotation
+    p = tmp_path / "rank-3.json"
+    doc = json.loads(p.read_text())
+    last = max(int(e["name"].split("#")[1]) for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#"))
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e.get("name") != f"ProfilerStep#{last}"]
+    p.write_text(json.dumps(doc))
+    a = analyze_job(tmp_path, workers=0).analysis
+    assert a.steps["common"] == last and a.steps["ranks_with_extra_steps"] == SPEC.ranks - 1
+    assert set(a.ranks["steps"]) == {last}
+    assert any("not recorded on every rank" in n for n in a.notes)
+
+
+def test_digests_are_compact_and_survive_parquet(tmp_path, job):
+    d = job.digests[0]
+    assert len(d.activity) == ACTIVITY_BINS and len(d.collectives) == SPEC.collectives
+    assert len(d.ops) < 20 and len(d.steps) == -(-SPEC.collectives * SPEC.launches_per_collective // SPEC.launches_per_step)
+    for i, dig in enumerate(job.digests):
+        write_digest(dig, tmp_path / f"d{i}")
+    again = [read_digest(tmp_path / f"d{i}") for i in range(len(job.digests))]
+    a, b = job.analysis.to_summary(), reduce_digests(again, job.inputs).to_summary()
+    assert a == b
+
+
+def test_report_summary_has_the_first_rank_profile_and_the_ranks(job):
+    s = job.report_summary(name="job")
+    assert s["ranks"] == SPEC.ranks and s["name"] == "job" and s["ranks_analysis"]["straggler"]["rank"] == 2
+    assert s["ops"] if "ops" in s else s.get("op_table")      # the first rank's own profile summary is there
+    assert s["ranks_analysis"]["op_table"][0]["ranks"] == SPEC.ranks
+
+
+# -- engines: the same report from every engine ---------------------------------------------------------
+def _comparable(job) -> dict:
+    return job.analysis.to_summary()
+
+
+def test_local_processes_give_the_same_report_and_bounded_worker_memory(job_dir, job):
+    local = analyze_job(job_dir, workers=2)
+    assert local.engine == "local processes (2)"
+    assert _comparable(local) == _comparable(job)
+    assert len(local.worker_peak_rss_bytes) == SPEC.ranks and min(local.worker_peak_rss_bytes) > 0
+
+
+def test_dask_local_cluster_with_worker_processes_gives_the_same_report(job_dir, job):
+    distributed = pytest.importorskip("distributed", reason="dask[distributed] is in the test extra")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  worker_dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        via_client = analyze_job(job_dir, client=client)
+        via_address = analyze_job(job_dir, scheduler=cluster.scheduler_address)
+        pids = set(client.run(lambda: __import__("os").getpid()).values())
+    import os
+
+    assert os.getpid() not in pids and len(pids) == 2          # worker processes, not threads of this one
+    assert via_client.engine.startswith("dask (tcp://")
+    assert _comparable(via_client) == _comparable(job) == _comparable(via_address)
+
+
+def test_a_failing_rank_is_named(tmp_path, job_dir):
+    from neuron_studio.profiler.job_map import JobMapError
+
+    shutil.copy(job_dir / "rank-0.pt.trace.json", tmp_path / "rank-0.json")
+    (tmp_path / "rank-1.json").write_text('{"traceEvents": [')
+    with pytest.raises(JobMapError, match="1 of 2 rank.*rank-1.json"):
+        analyze_job(tmp_path, workers=0)
+
+
+def test_local_workers_are_sized_to_memory(job_dir):
+    inputs = job_inputs(job_dir)
+    assert local_workers(inputs, available=64 << 30, cpus=8) == SPEC.ranks
+    assert local_workers(inputs, available=1 << 30, cpus=8) == 1
+    r = map_rank(inputs[0])
+    assert "payload" in r and r["peak_rss"] > 0
+
+
+# -- CLI ---------------------------------------------------------------------------------------------------
+def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
+    from neuron_studio.cli import load_rank_profiles, main
+    from neuron_studio.store import RunStore
+
+    out = tmp_path / "job.html"
+    assert main(["report", str(job_dir), "-o", str(out), "--workers", "2"]) == 0
+    page = out.read_text()
+    assert "Straggler: rank 2" in page and "Ranks (4)" in page and "collective exits" in page
+    store = tmp_path / "store"
+    assert main(["import", str(job_dir), "--store", str(store), "--workers", "2"]) == 0
+    rs = RunStore(store, create=False)
+    rec = rs.list_runs()[0]
+    assert rec.ranks == SPEC.ranks and rec.status == "ok"
+    profiles = load_rank_profiles(rs, rec)
+    assert [p.trace.meta["rank"] for _, p in sorted(profiles.items())] == list(range(SPEC.ranks))
+    assert rec.summary["ranks_analysis"]["straggler"]["rank"] == SPEC.straggler
+    assert "device_ops" in rs.list_tables(rec.id)        # rank 0's unsuffixed tables, as a torchrun job has
+    assert main(["report", str(tmp_path / "nothing-*.json")]) == 2
+
+
+def test_cli_report_on_a_dask_scheduler(tmp_path, job_dir):
+    distributed = pytest.importorskip("distributed")
+    from neuron_studio.cli import main
+
+    out = tmp_path / "job.html"
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        assert main(["report", str(job_dir), "-o", str(out), "--scheduler", cluster.scheduler_address]) == 0
+    assert "Straggler: rank 2" in out.read_text()
+
+
+# -- real traces (../shared/traces) ------------------------------------------------------------------------
+def test_real_two_rank_directory(tmp_path):
+    import trace_truth as truth
+
+    try:
+        src = truth.traces_dir()
+    except FileNotFoundError:
+        pytest.skip("needs the shared real traces (../shared/traces), absent on a plain clone")
+    for n in ("trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz"):
+        shutil.copy(src / n, tmp_path / n)
+    res = analyze_job(tmp_path, workers=0)
+    t = res.analysis.ranks
+    assert list(t["rank"]) == [0, 1] and list(t["rank_source"]) == ["distributedInfo"] * 2
+    for r in (0, 1):
+        raw = truth.load(f"trace_filter_sampled_rank-{r}.json.gz")
+        assert t.set_index("rank").loc[r, "step_time_ns"] == pytest.approx(truth.mean_step_ns(raw), abs=0.5)
+    # NCCL collectives return at once on the host: they cannot measure the skew, so the wall clock stands
+    assert res.analysis.alignment.method == "wall clock" and res.analysis.alignment.residual_skew_ns is None
