@@ -8,6 +8,8 @@ not grow with the number of ranks; the summary is the first rank's profile plus 
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -34,12 +36,12 @@ def _inputs(targets: Targets) -> list[Any]:
 
 
 def _analyze(inputs: list[Any], *, scheduler: str | None, client: Any, workers: int | None,
-             store: Any = None) -> Any:
+             on_profile: Any = None) -> Any:
     from neuron_studio.profiler.analysis.ranks import RankIdentityError
     from neuron_studio.profiler.job_map import analyze_job
 
     try:
-        return analyze_job(inputs, scheduler=scheduler, client=client, workers=workers, store=store)
+        return analyze_job(inputs, scheduler=scheduler, client=client, workers=workers, on_profile=on_profile)
     except RankIdentityError as e:
         raise TraceSetError(str(e)) from None
 
@@ -68,7 +70,6 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
     (run id, summary). Workers write each rank's tables straight into the store (it must be on a file system
     they share when the map runs on Dask)."""
     from neuron_studio._activate import save_rank
-    from neuron_studio.profiler.job_map import StoreTarget, finish_store_tables
 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     inputs = _inputs(paths)
@@ -85,7 +86,7 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
             summary = prof.to_summary(run_id=run_id, name=label)
         else:
             job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers,
-                           store=StoreTarget(str(store.root), run_id))
+                           on_profile=SaveRankTables(str(store.root), run_id))
             ranks = _ranks_of(job)
             order = sorted(ranks)
             positions = [order.index(r) for r in ranks]          # stored as positions 0..N-1, by rank
@@ -98,6 +99,46 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
                      step_time_ns=int(summary["step_time_ns"]) if summary.get("step_time_ns") else None,
                      mfu=summary.get("mfu"), wall_s=0.0)
     return run_id, summary
+
+
+@dataclass(frozen=True)
+class SaveRankTables:
+    """Run in each map worker: save its rank's tables into the run store under a per-input name (the rank is
+    known only once every trace is read; `finish_store_tables` renames them)."""
+
+    root: str
+    run_id: int
+
+    def __call__(self, inp: Any, prof: Any) -> None:
+        from neuron_studio._activate import save_rank
+        from neuron_studio.store import RunStore
+
+        save_rank(RunStore(self.root), self.run_id, prof, _temp_rank(inp), 2)
+
+
+def _temp_rank(inp: Any) -> int:
+    """The table suffix a worker writes before ranks are known: far above any real rank."""
+    return 1_000_000 + inp.position
+
+
+def finish_store_tables(store: Any, run_id: int, inputs: Sequence[Any], positions: Sequence[int]) -> None:
+    """Rename each input's tables to its rank position (`<table>_r<pos>`), and give position 0's the
+    unsuffixed names too, as `save_rank` does for a job's rank 0."""
+    from neuron_studio._activate import rank_table
+
+    world = len(inputs)
+    d = store.table_path(run_id, "ops").parent
+    for inp, pos in zip(inputs, positions):
+        tmp = f"_r{_temp_rank(inp)}"
+        for f in sorted(d.glob(f"*{tmp}.parquet")):
+            base = f.name[: -len(f"{tmp}.parquet")]
+            final = store.table_path(run_id, rank_table(base, pos, world))
+            os.replace(f, final)
+            if pos == 0 and world > 1:                       # a copy, then an atomic rename
+                plain = store.table_path(run_id, base)
+                tmp_copy = plain.with_name(f".{plain.name}.copy")
+                shutil.copyfile(final, tmp_copy)
+                os.replace(tmp_copy, plain)
 
 
 def _ranks_of(job: Any) -> list[int]:

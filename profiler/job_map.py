@@ -13,9 +13,8 @@ many run at once is sized from the machine's available memory and the largest ra
 Dask, each task is one rank; the trace paths must be readable from the workers (a shared file system), and
 the report is the same either way (the reduce does not depend on where the map ran).
 
-With `store_run`, each worker also saves its rank's tables into a run store (as `neuron-studio import` needs,
-so the JupyterLab panel and trace viewer open the job); the tables are written under a per-input name and
-renamed to the rank's position once every rank is known (`finish_store_tables`).
+With `on_profile` (a picklable function), each worker also hands its rank's Profile to it before digesting
+(`neuron-studio import` saves the rank's tables into the run store that way).
 """
 from __future__ import annotations
 
@@ -31,8 +30,11 @@ from neuron_studio.profiler.analysis.rank_digest import RankDigest, write_digest
 from neuron_studio.profiler.analysis.ranks import RankAnalysis, reduce_digests
 from neuron_studio.profiler.importers.job_inputs import RankInput, job_inputs
 
-__all__ = ["JobAnalysis", "analyze_job", "map_rank", "local_workers", "memory_estimate", "StoreTarget",
+__all__ = ["JobAnalysis", "analyze_job", "map_rank", "read_rank", "local_workers", "memory_estimate",
            "JobMapError", "BYTES_PER_JSON_BYTE", "GZIP_RATIO"]
+
+#: Called in the worker with each rank's input and Profile (e.g. to save its tables); must be picklable.
+OnProfile = Callable[[RankInput, Any], None]
 
 #: Peak resident bytes of a worker per byte of Chrome-trace JSON it reads and models (measured on the
 #: 1M-event benchmark trace: ~1.0 GB peak for ~200 MB of JSON, rounded up) and the uncompressed size a
@@ -46,14 +48,6 @@ WORKER_BASE_BYTES = 512 << 20
 
 class JobMapError(RuntimeError):
     """A rank's map failed: names the input and what went wrong."""
-
-
-@dataclass(frozen=True)
-class StoreTarget:
-    """Where workers save their rank's tables: a run store root and the run id (`neuron-studio import`)."""
-
-    root: str
-    run_id: int
 
 
 @dataclass
@@ -145,7 +139,7 @@ def _store_rank_trace(d: Path, rank: int) -> Any:
     return Trace(ops=table("ops"), host=table("host"), compiles=table("compiles"), meta=meta, memory=table("memory"))
 
 
-def map_rank(inp: RankInput, with_summary: bool = False, store: StoreTarget | None = None) -> dict[str, Any]:
+def map_rank(inp: RankInput, with_summary: bool = False, on_profile: OnProfile | None = None) -> dict[str, Any]:
     """The map task: one rank → its digest as payload (Parquet bytes), plus this task's peak RSS. Runs in a
     worker process (local or Dask); everything it returns is small."""
     from neuron_studio.profiler.analysis.rank_digest import digest_trace
@@ -155,43 +149,12 @@ def map_rank(inp: RankInput, with_summary: bool = False, store: StoreTarget | No
     try:
         trace, prof = read_rank(inp)
         digest = digest_trace(trace, prof, with_summary=with_summary, summary_name=Path(inp.path).name)
-        if store is not None:
-            _save_rank_tables(store, inp, prof)
+        if on_profile is not None:
+            on_profile(inp, prof)
     except Exception as e:  # noqa: BLE001 - becomes JobMapError on the client, naming the input
         return {"error": f"{inp.label}: {type(e).__name__}: {str(e)[:500]}"}
     del trace, prof
     return {"payload": digest.to_payload(), "peak_rss": _peak_rss(), "seconds": time.perf_counter() - t0}
-
-
-def _temp_rank(inp: RankInput) -> int:
-    """The table suffix a worker writes before ranks are known: far above any real rank."""
-    return 1_000_000 + inp.position
-
-
-def _save_rank_tables(store: StoreTarget, inp: RankInput, prof: Any) -> None:
-    from neuron_studio._activate import save_rank
-    from neuron_studio.store import RunStore
-
-    save_rank(RunStore(store.root), store.run_id, prof, _temp_rank(inp), 2)
-
-
-def finish_store_tables(store: Any, run_id: int, inputs: Sequence[RankInput], positions: Sequence[int]) -> None:
-    """Rename each input's tables to its rank position (`<table>_r<pos>`), and give position 0's the
-    unsuffixed names too, as `save_rank` does for a job's rank 0."""
-    import shutil
-
-    from neuron_studio._activate import rank_table
-
-    world = len(inputs)
-    d = store.table_path(run_id, "ops").parent
-    for inp, pos in zip(inputs, positions):
-        tmp = f"_r{_temp_rank(inp)}"
-        for f in sorted(d.glob(f"*{tmp}.parquet")):
-            base = f.name[: -len(f"{tmp}.parquet")]
-            final = store.table_path(run_id, rank_table(base, pos, world))
-            os.replace(f, final)
-            if pos == 0 and world > 1:
-                shutil.copyfile(final, store.table_path(run_id, base))
 
 
 # -------------------------------------------------------------------------------------------- engines
@@ -232,13 +195,13 @@ def local_workers(inputs: Sequence[RankInput], *, available: int | None = None, 
     return max(1, min(cpus, len(inputs), int(0.8 * available) // max(need, 1)))
 
 
-def _run_local(inputs: Sequence[RankInput], workers: int, store: StoreTarget | None,
+def _run_local(inputs: Sequence[RankInput], workers: int, on_profile: OnProfile | None,
                progress: Callable[[int, int], None] | None) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")      # a fresh interpreter per worker: no inherited memory
     out: list[dict | None] = [None] * len(inputs)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, max_tasks_per_child=1) as pool:
         first = summary_input(inputs)
-        futs = {pool.submit(map_rank, inp, i == first, store): i for i, inp in enumerate(inputs)}
+        futs = {pool.submit(map_rank, inp, i == first, on_profile): i for i, inp in enumerate(inputs)}
         for done, fut in enumerate(cf.as_completed(futs), 1):
             out[futs[fut]] = fut.result()
             if progress:
@@ -246,13 +209,13 @@ def _run_local(inputs: Sequence[RankInput], workers: int, store: StoreTarget | N
     return out  # type: ignore[return-value]
 
 
-def _run_dask(client: Any, inputs: Sequence[RankInput], store: StoreTarget | None,
+def _run_dask(client: Any, inputs: Sequence[RankInput], on_profile: OnProfile | None,
               progress: Callable[[int, int], None] | None) -> list[dict]:
     from distributed import as_completed
 
     first = summary_input(inputs)
     stamp = f"{os.getpid()}-{time.time_ns()}"
-    futs = [client.submit(map_rank, inp, i == first, store, key=f"neuron-studio-digest-{stamp}-{i}", pure=False)
+    futs = [client.submit(map_rank, inp, i == first, on_profile, key=f"neuron-studio-digest-{stamp}-{i}", pure=False)
             for i, inp in enumerate(inputs)]
     index = {f.key: i for i, f in enumerate(futs)}
     out: list[dict | None] = [None] * len(inputs)
@@ -275,7 +238,7 @@ def _dask_client(scheduler: str) -> Any:
 
 def analyze_job(targets: str | os.PathLike | Sequence[str | os.PathLike] | Sequence[RankInput], *,
                 client: Any = None, scheduler: str | None = None, workers: int | None = None,
-                digest_dir: str | os.PathLike | None = None, store: StoreTarget | None = None,
+                digest_dir: str | os.PathLike | None = None, on_profile: OnProfile | None = None,
                 progress: Callable[[int, int], None] | None = None) -> JobAnalysis:
     """Map every rank of the job to a digest, then reduce (see the module doc). `client` (a
     `distributed.Client`) or `scheduler` (its address) run the map on Dask; else `workers` local processes
@@ -291,15 +254,15 @@ def analyze_job(targets: str | os.PathLike | Sequence[str | os.PathLike] | Seque
     try:
         if client is not None:
             engine = f"dask ({getattr(client.scheduler, 'address', None) or 'cluster'})"
-            results = _run_dask(client, inputs, store, progress)
+            results = _run_dask(client, inputs, on_profile, progress)
         elif workers == 0:
             engine = "in process"
             first = summary_input(inputs)
-            results = [map_rank(inp, i == first, store) for i, inp in enumerate(inputs)]
+            results = [map_rank(inp, i == first, on_profile) for i, inp in enumerate(inputs)]
         else:
             n = workers or local_workers(inputs)
             engine = f"local processes ({n})"
-            results = _run_local(inputs, n, store, progress)
+            results = _run_local(inputs, n, on_profile, progress)
     finally:
         if own_client is not None:
             own_client.close()
