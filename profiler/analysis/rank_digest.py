@@ -4,7 +4,7 @@ A digest holds what the job report needs from one rank, a few thousand rows inst
 
 - `steps`: per step its measured window on the rank's own clock (ProfilerStep#N windows when the trace has
   them, else the span of the step's ops) and, where the profile has one, the step breakdown's categories;
-- `collectives`: every collective op (name `c10d::*`) in issue order with its sequence number within
+- `collectives`: every collective op (`c10d::*`, else the backend's `gloo:*` ranges) in issue order with its sequence number within
   (op, group), bytes, issue start/end, the compute time since the rank's previous collective, the last op
   before it, and its modeled device duration;
 - `ops`: the op table's aggregates per op name (count, device/host ns, FLOPs, bytes, engine);
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.kineto import is_collective_name
 from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 
 __all__ = ["RankDigest", "digest_trace", "write_digest", "read_digest", "ACTIVITY_BINS", "DIGEST_VERSION",
@@ -132,8 +133,7 @@ def digest_trace(trace: Any, profile: Any = None, *, bins: int = ACTIVITY_BINS, 
     starts = ops["start_ns"].to_numpy(dtype=np.int64)[order]
     ends = ops["end_ns"].to_numpy(dtype=np.int64)[order]
     view = ops["is_view"].to_numpy(dtype=bool)[order]
-    is_coll = pd.Series(names).str.startswith(COLLECTIVE_PREFIX).to_numpy(dtype=bool) if len(names) else \
-        np.zeros(0, dtype=bool)
+    is_coll = collective_mask(names)
     compute = ~is_coll & ~view
     coll = _collectives(ops, order, names, starts, ends, is_coll, compute, _modeled_ns(profile))
     t0 = int(starts.min()) if len(starts) else 0
@@ -157,6 +157,18 @@ def digest_trace(trace: Any, profile: Any = None, *, bins: int = ACTIVITY_BINS, 
         summary = _finite(profile.to_summary(name=summary_name))
     return RankDigest(meta=d_meta, steps=steps, collectives=coll, ops=_op_aggregates(profile), activity=activity,
                       summary=summary, notes=notes)
+
+
+def collective_mask(names: np.ndarray) -> np.ndarray:
+    """Which ops are collectives (`kineto.is_collective_name`): the c10d ops, or, on a rank whose trace has
+    none (a CPU-only gloo trace), the backend's collective ranges (`gloo:all_reduce`); never both, which
+    would count each collective twice."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    uniq, inv = np.unique(names.astype(str), return_inverse=True)
+    coll = np.array([is_collective_name(n) for n in uniq.tolist()], dtype=bool)
+    c10d = np.char.startswith(uniq.astype(str), COLLECTIVE_PREFIX) & coll
+    return (c10d if c10d.any() else coll)[inv]
 
 
 def _group_of(tags: Any) -> str:

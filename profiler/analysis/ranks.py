@@ -39,10 +39,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 
 __all__ = ["RankAnalysis", "Straggler", "ClockAlignment", "collective_table", "find_straggler", "rank_table",
-           "analyze_ranks", "reduce_digests", "resolve_ranks", "align_clocks", "is_collective",
+           "analyze_ranks", "reduce_digests", "resolve_ranks", "align_clocks",
            "STRAGGLER_MIN_WAIT_NS", "BLOCKING_RATIO", "RankIdentityError"]
 
 #: A rank counts as a straggler only if the waits it causes add up to at least this (1 ms): below it,
@@ -57,10 +56,6 @@ MIN_ALIGN_COLLECTIVES = 3
 
 class RankIdentityError(ValueError):
     """Two inputs claim the same rank: they are not one job's ranks (the message names both)."""
-
-
-def is_collective(names: pd.Series) -> np.ndarray:
-    return names.astype(str).str.startswith(COLLECTIVE_PREFIX).to_numpy(dtype=bool)
 
 
 @dataclass(frozen=True)
