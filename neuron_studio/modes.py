@@ -8,9 +8,12 @@ hardware the backend defers to TorchNeuron's own.
 """
 from __future__ import annotations
 
+import logging
 import os
+import re
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -20,7 +23,7 @@ from neuron_studio import device as _device
 from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "StaticShapeError",
-           "compile_cell_function"]
+           "compile_cell_function", "GraphBreaks", "graph_breaks_recorded"]
 
 
 
@@ -175,14 +178,132 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
 
 
 def compile_cell_function(fn: Callable[[], Any]) -> Callable[[], Any]:
-    """The compile mode of `%%neuron`: the cell body as one function under torch.compile(backend='neuron')."""
-    return torch.compile(fn, backend="neuron", dynamic=False)
+    """The compile mode of `%%neuron` and of `profile(fn, mode="compile")`: `fn` under
+    torch.compile(backend='neuron', dynamic=False). Warnings torch emits while it compiles for the studio (a
+    deprecation inside torch's own modules) are not the user's and are not printed into the cell."""
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+
+    def run() -> Any:
+        with _quiet_dynamo_profiler_notes(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
+            warnings.filterwarnings("ignore", message=r".*torch\.jit\.script_method.*")
+            warnings.filterwarnings("ignore", message=r"Profiler function .* will be ignored")
+            return compiled()
+
+    run.__wrapped__ = fn  # type: ignore[attr-defined]
+    return run
 
 
-def graph_break_counts() -> dict[str, int]:
-    """Dynamo's graph-break reasons seen so far in this process (reason -> count)."""
-    try:
-        from torch._dynamo.utils import counters
-    except ImportError:
-        return {}
-    return dict(counters.get("graph_break", {}))
+class _DropProfilerNotes(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "will be ignored" not in record.getMessage()
+
+
+class _quiet_dynamo_profiler_notes:
+    """Dynamo logs "Profiler (record) function ... will be ignored" for torch.optim's record_function while it
+    traces: a note about the profiler, not the user's program. Dropped while a studio-compiled function runs."""
+
+    _LOGGERS = ("torch._dynamo.variables.ctx_manager", "torch._dynamo.variables.torch")
+
+    def __enter__(self) -> None:
+        self.f = _DropProfilerNotes()
+        for n in self._LOGGERS:
+            logging.getLogger(n).addFilter(self.f)
+
+    def __exit__(self, *exc: object) -> None:
+        for n in self._LOGGERS:
+            logging.getLogger(n).removeFilter(self.f)
+
+
+# -- graph breaks, with the user's line ---------------------------------------------------------------
+_BREAK_AT = re.compile(r"Graph break in user code at (?P<src>.+?:\d+)\s*\n")
+_BREAK_REASON = re.compile(r"Graph Break Reason:\s*(?P<reason>.*?)(?:\n\s*\n|\n\s*Explanation:|$)", re.S)
+_EXPLANATION = re.compile(r"Explanation:\s*(?P<why>[^\n]+)")
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_NOT_USER = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_BREAKS_BY_FUNCTION: "weakref.WeakKeyDictionary[Any, list[dict[str, Any]]]" = weakref.WeakKeyDictionary()
+
+
+class GraphBreaks:
+    """Collects Dynamo's graph-break records (its `graph_breaks` log artifact, which names the user's file:line)
+    while a compiled cell or function runs, without printing them. `rows()`: one row per (line, reason)."""
+
+    def __init__(self, enabled: bool = True, key: Any = None) -> None:
+        self.enabled = enabled
+        self.key = key
+        self.records: list[tuple[str, str]] = []
+        self._saved: list[tuple[logging.Logger, int, bool, bool]] = []
+        self._handler: logging.Handler | None = None
+
+    def __enter__(self) -> "GraphBreaks":
+        if not self.enabled:
+            return self
+        import torch._dynamo.symbolic_convert  # noqa: F401 - creates the artifact loggers
+
+        outer = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                outer._add(record.getMessage())
+
+        self._handler = _Handler(logging.DEBUG)
+        for name in [n for n in logging.Logger.manager.loggerDict if n.endswith("__graph_breaks")]:
+            lg = logging.getLogger(name)
+            self._saved.append((lg, lg.level, lg.propagate, lg.disabled))
+            lg.addHandler(self._handler)
+            lg.setLevel(logging.DEBUG)
+            lg.propagate = False   # captured, not printed into the cell
+            lg.disabled = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for lg, level, propagate, disabled in self._saved:
+            lg.removeHandler(self._handler)
+            lg.setLevel(level)
+            lg.propagate, lg.disabled = propagate, disabled
+        self._saved = []
+        if self.key is not None:
+            try:
+                if self.records:
+                    _BREAKS_BY_FUNCTION[self.key] = list(self.records)
+                else:   # a cached compiled function does not recompile: its breaks are the ones seen before
+                    self.records = list(_BREAKS_BY_FUNCTION.get(self.key, []))
+            except TypeError:   # not weak-referenceable: nothing to remember
+                pass
+
+    def _add(self, message: str) -> None:
+        at = _BREAK_AT.search(message)
+        if at is None:
+            return
+        src = at.group("src")
+        # Dynamo names the innermost frame (torch.optim's own graph_break()): report the user's line that led there
+        tb = message.split("User code traceback:", 1)[-1] if "User code traceback:" in message else ""
+        user = [f"{m.group('file')}:{m.group('line')}" for m in _FRAME.finditer(tb)
+                if not m.group("file").startswith(_NOT_USER)]
+        inner = src.rsplit(":", 1)[0]
+        if user and inner.startswith(_NOT_USER):
+            src = user[-1]
+        m = _BREAK_REASON.search(message)
+        reason = " ".join((m.group("reason") if m else "").split()) or "unknown reason"
+        why = _EXPLANATION.search(message)
+        if why is not None:   # Dynamo's one-line explanation says it best ("does not know how to trace print")
+            reason = why.group("why").strip()
+        if inner.startswith(_NOT_USER) and src != at.group("src"):
+            reason = f"{reason} (in {os.path.relpath(inner, os.path.dirname(_NOT_USER[0]))})"
+        self.records.append((src, reason))
+
+    def rows(self, source_of: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:
+        """[{"source": "file:line", "reason": ..., "count": n}] in first-seen order; `source_of` rewrites a
+        source (e.g. IPython's cell file names to cell-N)."""
+        out: dict[tuple[str, str], dict[str, Any]] = {}
+        for src, reason in self.records:
+            src = str(source_of(src)) if source_of is not None else src
+            row = out.setdefault((src, reason), {"source": src, "reason": reason, "count": 0})
+            row["count"] += 1
+        return list(out.values())
+
+
+def graph_breaks_recorded(enabled: bool = True, key: Any = None) -> GraphBreaks:
+    """Context manager: record Dynamo's graph breaks (user file:line and reason) while it is open. `key`: the
+    compiled function, so that a later run of the same cached function reports the breaks of its compile."""
+    return GraphBreaks(enabled=enabled, key=key)

@@ -94,11 +94,6 @@ def _assigned_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _sync_for_timing() -> None:
-    sync = getattr(torch.neuron, "synchronize_for_timing", None)  # the emulator tags its own sync
-    (sync or torch.neuron.synchronize)()
-
-
 def _cell_sources(shell: Any, sources: Any) -> Any:
     """Rewrite IPython's per-cell file names ("/tmp/ipykernel_1/123.py:4") as "cell-<In number>:<line>"."""
     fmap = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
@@ -183,20 +178,23 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     if reg.backend == "real":
         return _run_cell_real(shell, spec, fn, (spec.chip or reg.target.chip).lower())
 
-    from neuron_studio.modes import graph_break_counts
-    from neuron_studio.profiler.capture import Capture
+    from neuron_studio.modes import graph_breaks_recorded
+    from neuron_studio.profiler.capture import Capture, sync_for_timing
 
     chip = (spec.chip or reg.target.chip).lower()
     sess, run_id, notebook, cell_key, settings = _begin_cell_run(shell, spec, chip, reg.backend)
     store = sess.store
+    # Dynamo reports a graph break when it compiles, usually in the warm-up: record from before it
+    breaks = graph_breaks_recorded(enabled=spec.mode == "compile", key=fn)
+    breaks.__enter__()
     try:
         for _ in range(spec.warmup):
             fn()
     except BaseException as e:
+        breaks.__exit__(None, None, None)
         store.finish_run(run_id, status="interrupted" if isinstance(e, KeyboardInterrupt) else "error",
                          summary=None)
         raise
-    breaks_before = graph_break_counts() if spec.mode == "compile" else {}
     cap = Capture(mode=spec.mode, chip=chip, name=spec.name)
     progress = _Progress(spec.steps, f"%%neuron {spec.mode}", live=getattr(shell, "kernel", None) is not None)
     t0 = time.perf_counter()
@@ -205,26 +203,26 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         with cap:
             for i in range(spec.steps):
                 fn()
-                if spec.sync and i == spec.steps - 1:
-                    _sync_for_timing()
+                if spec.sync:  # every step ends synchronised: no fused region or queue spans two steps
+                    sync_for_timing()
                 cap.step()
                 progress.update(i + 1)
     except BaseException as e:  # noqa: BLE001 - saved, then re-raised unchanged
         error = e
     finally:
         progress.close()
+        breaks.__exit__(None, None, None)
     wall = time.perf_counter() - t0
     status = cap.status if cap.trace is not None else "error"
     if cap.trace is not None:
         cap.trace.ops["source"] = _cell_sources(shell, cap.trace.ops["source"])
         cap.trace.meta["cell"] = _origin(shell, spec, notebook)
     warnings: list[str] = list(settings.notes)
-    if spec.mode == "compile":
-        after = graph_break_counts()
-        for reason, n in after.items():
-            if n > breaks_before.get(reason, 0):
-                first = str(reason).strip().splitlines()[0] if str(reason).strip() else "unknown reason"
-                warnings.append(f"graph break ({n - breaks_before.get(reason, 0)}x): {first}")
+    if spec.mode == "compile" and cap.trace is not None:
+        rows = breaks.rows(source_of=lambda s: _cell_sources(shell, pd.Series([s])).iloc[0])
+        cap.trace.meta["graph_breaks"] = rows
+        for b in rows:
+            warnings.append(f"graph break at {b['source']} ({b['count']}x): {b['reason']}")
     prof = None
     summary = None
     try:

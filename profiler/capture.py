@@ -31,7 +31,7 @@ from neuron_studio.profiler.memory_capture import MemoryRecorder, memory_frame
 from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
 from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES, MODES
 
-__all__ = ["Capture", "profile", "MODES"]
+__all__ = ["Capture", "profile", "sync_for_timing", "MODES"]
 
 
 
@@ -130,12 +130,16 @@ class _ModuleTracker:
         self._mark("forward")
 
     def opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():  # Dynamo traces optimizer.step's hooks: keep the studio out of the graph
+            return
         if self.memory is not None:
             self.memory.optimizer_pre(optimizer)
         self.stack.append(f"optimizer.{type(optimizer).__name__}")
         self._mark("optimizer")
 
     def opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
         if self.memory is not None:
             self.memory.optimizer_post(optimizer)
         if self.stack:
@@ -401,6 +405,12 @@ class Capture:
         return self._profile
 
 
+def sync_for_timing() -> None:
+    """The studio's own device sync (the emulator tags it, so it is never reported as the user's sync point)."""
+    sync = getattr(torch.neuron, "synchronize_for_timing", None)
+    (sync or torch.neuron.synchronize)()
+
+
 def _job_size() -> dict[str, int]:
     """World size and ranks per instance of the job this process belongs to, so collectives are sized right
     whether the capture runs under the CLI or inside a user's torch.distributed / torchrun job."""
@@ -448,8 +458,15 @@ def profile(
         return cap
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
-    with cap:
+    from neuron_studio.modes import compile_cell_function, graph_breaks_recorded
+
+    # compile mode compiles `fn` as `%%neuron --mode compile` compiles a cell: the model then charges its graphs
+    run = compile_cell_function(fn) if mode == "compile" else fn
+    with graph_breaks_recorded(enabled=mode == "compile") as breaks, cap:
         for _ in range(warmup + steps):
-            fn()
+            run()
+            sync_for_timing()   # every step ends synchronised: no fused region spans two steps
             cap.step()
+    if mode == "compile":
+        cap.trace.meta["graph_breaks"] = breaks.rows()
     return cap.profile

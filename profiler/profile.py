@@ -336,7 +336,7 @@ class Profile:
         bd, rows = _bd.modeled_breakdown(
             self.device_run.ops_frame(), self.trace.ops, steps=self.steps, step_time_ns=self.summary.step_time_ns,
             basis="modeled device time" if self.modeled_figures else "measured device time",
-            undetermined=undetermined)
+            undetermined=undetermined, kinds=self.ops["kind"].to_numpy(dtype=object))
         fb = self.cpu_fallbacks()
         speedups = None
         launch = bd.part("launch")
@@ -346,7 +346,8 @@ class Profile:
             speedups = dict(zip(wi["mode"], wi["speedup"]))
         recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
                              hot=self.hot_path() if self.modeled_figures else (),
-                             fallback_ops=fb["op"].tolist() if len(fb) else (), mode_speedups=speedups)
+                             fallback_ops=fb.loc[fb["kind"] == "host_fallback", "op"].tolist() if len(fb) else (),
+                             mode_speedups=speedups)
         return dataclasses.replace(bd, recommendations=recs)
 
     def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,

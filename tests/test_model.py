@@ -1,6 +1,7 @@
 """NeuronCore performance model: closed-form checks against the specs, mode rules, and properties."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -130,58 +131,99 @@ def test_views_move_no_bytes_and_launch_nothing() -> None:
 
 # ---------------------------------------------------------------- modes
 
-def test_chain_of_20_costs_20_launches_eager_1_adaptive() -> None:
-    e = chain(20)
+def test_chain_closed_by_a_matmul_is_one_adaptive_launch() -> None:
+    """TorchNeuron concatenates the ops buffered since the last flush when a matmul-family op arrives (the region
+    ends with it); the first matmul runs alone and turns buffering on (ConcatenationEngine.cpp @98154b86)."""
+    e = [mm(1, 64, 64, 64)] + chain(20, start=2) + [mm(22, 64, 64, 64)]
     eager = model_run(e, mode="eager")
     adaptive = model_run(e, mode="adaptive")
-    assert eager.summary.launches == 20 and len(eager.groups) == 20
-    assert adaptive.summary.launches == 1 and len(adaptive.groups) == 1
-    assert adaptive.groups[0].n_ops == 20 and adaptive.groups[0].boundary_reason == "end"
+    assert eager.summary.launches == 22 and len(eager.groups) == 22
+    assert adaptive.summary.launches == 2 and [g.n_ops for g in adaptive.groups] == [1, 21]
+    assert [g.boundary_reason for g in adaptive.groups] == ["matmul", "matmul"]
+    assert adaptive.groups[1].boundary_seq == 22 and adaptive.groups[1].boundary_op == "aten::mm"
     assert adaptive.summary.step_time_ns < eager.summary.step_time_ns
-    # One launch overhead, then the ops back to back.
+    # One launch overhead for the region, then its ops back to back.
     ovh = adaptive.config.adaptive_launch_overhead_ns
-    assert adaptive.ops["start_ns"][0] == pytest.approx(ovh)
-    assert np.allclose(adaptive.ops["start_ns"][1:], adaptive.ops["end_ns"][:-1])
+    assert adaptive.ops["start_ns"][1] == pytest.approx(adaptive.ops["end_ns"][0] + ovh)
+    assert np.allclose(adaptive.ops["start_ns"][2:21], adaptive.ops["end_ns"][1:20])
+
+
+def test_without_a_matmul_or_boundary_ops_run_one_by_one() -> None:
+    """Buffering starts disabled and is only turned on by a boundary or matmul-family op: a chain of
+    elementwise ops alone is run op by op (the old model fused it into one launch)."""
+    r = model_run(chain(20), mode="adaptive")
+    assert r.summary.launches == 20 and {g.boundary_reason for g in r.groups} == {"direct"}
+
+
+def test_in_place_op_ends_the_region_and_runs_alone() -> None:
+    e = [mm(1, 64, 64, 64)] + chain(3, start=2) + [ev(5, "aten::add_", source="opt.py:9")] + chain(2, start=6) \
+        + [mm(8, 64, 64, 64)]
+    r = model_run(e, mode="adaptive")
+    assert [g.n_ops for g in r.groups] == [1, 3, 1, 3]
+    assert r.groups[1].boundary_reason == "in_place" and r.groups[1].boundary_op == "aten::add_"
+    assert r.groups[1].boundary_source == "opt.py:9"
+    assert r.groups[2].boundary_reason == "in_place" and r.summary.launches == 4
 
 
 def test_fused_group_reads_first_inputs_and_writes_last_outputs() -> None:
     n = 1 << 20
-    unary = [ev(i + 1, "aten::relu", ins=((n,),)) for i in range(5)]
-    r = model_run(unary, mode="adaptive")
-    assert r.summary.total_bytes == 2 * 4 * n           # one tensor in, one tensor out
-    assert r.ops["bytes_written"][:-1].sum() == 0 and r.ops["bytes_read"][1:].sum() == 0
-    # a binary op after the chain reads only its second (non-intermediate) operand
-    r2 = model_run(unary + [ev(6, "aten::add", ins=((n,), (n,)))], mode="adaptive")
-    assert r2.ops["bytes_read"][5] == 4 * n
-    none = model_run(unary, mode="adaptive", config=ModelConfig(fusion_rule="none"))
-    assert none.summary.total_bytes == 5 * 2 * 4 * n
+    unary = [ev(i + 2, "aten::relu", ins=((n,),)) for i in range(5)]
+    head, tail = mm(1, 64, 64, 64), ev(7, "aten::mm", ins=((n,), (1, 1)), outs=((1,),))
+    r = model_run([head] + unary + [tail], mode="adaptive")
+    assert len({int(g) for g in r.ops["group"][1:]}) == 1   # relu x5 + mm: one region
+    assert r.ops["bytes_read"][1] == 4 * n and r.ops["bytes_read"][2:6].sum() == 0
+    assert r.ops["bytes_written"][1:6].sum() == 0             # intermediates stay on chip
+    none = model_run([head] + unary + [tail], mode="adaptive", config=ModelConfig(fusion_rule="none"))
+    assert none.ops["bytes_read"][1:6].sum() + none.ops["bytes_written"][1:6].sum() == 5 * 2 * 4 * n
 
 
-def test_item_splits_adaptive_group_and_names_op_and_source() -> None:
-    e = chain(10) + [ev(11, "aten::_local_scalar_dense", ins=((),), outs=((),), sync="item",
-                        source="train.py:42")] + chain(10, start=12)
+def test_item_flushes_the_buffer_unconcatenated_and_names_op_and_source() -> None:
+    """A host wait drains the queue: TorchNeuron flushes the buffer without concatenation (`Flush`), so the
+    buffered ops run one by one, and ops after it run directly until the next matmul."""
+    e = [mm(1, 64, 64, 64)] + chain(9, start=2) + [ev(11, "aten::_local_scalar_dense", ins=((),), outs=((),),
+                                                    sync="item", transfer="d2h", source="train.py:42")] \
+        + chain(3, start=12)
     r = model_run(e, mode="adaptive")
-    fused = [g for g in r.groups if g.n_ops == 10]
-    assert len(fused) == 2
-    g0 = r.groups[0]
-    assert (g0.first_seq, g0.last_seq) == (1, 10)
-    assert g0.boundary_reason == "sync:item"
+    assert all(g.n_ops == 1 for g in r.groups)
+    flushed = [g for g in r.groups if 2 <= g.first_seq <= 10]
+    assert len(flushed) == 9 and all(g.boundary_reason == "sync:item" for g in flushed)
+    g0 = flushed[0]
     assert g0.boundary_op == "aten::_local_scalar_dense" and g0.boundary_seq == 11
     assert g0.boundary_source == "train.py:42"
-    assert r.ops["group"][0] != r.ops["group"][11]
+    assert [g.boundary_reason for g in r.groups if g.first_seq >= 12] == ["direct"] * 3
+
+
+def test_no_region_crosses_a_step_boundary() -> None:
+    """Step k's ops buffered at its end run one by one at the studio's step-end sync: they never join step k+1's
+    region, so per-step figures cannot depend on how many steps were profiled."""
+    one = [mm(1, 64, 64, 64)] + chain(5, start=2) + [mm(7, 64, 64, 64)] + chain(3, start=8)
+    ops = _frame(one + [dataclasses.replace(e, seq=e.seq + 100) for e in one])
+    ops["step"] = [0] * 10 + [1] * 10
+    r = model_run(ops, mode="adaptive")
+    step_of = dict(zip(ops["seq"], ops["step"]))
+    assert all(step_of[g.first_seq] == step_of[g.last_seq] for g in r.groups)
+    assert [g.boundary_reason for g in r.groups if g.first_seq in (8, 9, 10)] == ["step_end"] * 3
+    per_step = [sum(g.end_ns - g.start_ns for g in r.groups if step_of[g.first_seq] == k) for k in (0, 1)]
+    assert per_step[0] == pytest.approx(per_step[1])
 
 
 def test_deterministic_tag_disables_fusion() -> None:
-    e = chain(20, tags=("deterministic",))
+    e = [mm(1, 64, 64, 64, tags=("deterministic",))] + chain(20, start=2, tags=("deterministic",))
     r = model_run(e, mode="adaptive")
-    assert r.summary.launches == 20 and len(r.groups) == 20
+    assert r.summary.launches == 21 and len(r.groups) == 21
     assert r.groups[0].boundary_reason == "deterministic"
 
 
-def test_max_group_size_splits() -> None:
-    r = model_run(chain(10), mode="adaptive", config=ModelConfig(adaptive_max_group_ops=4))
-    assert [g.n_ops for g in r.groups] == [4, 4, 2]
-    assert r.groups[0].boundary_reason == "max_group_ops"
+def test_buffer_limit_splits() -> None:
+    """The op that finds the buffer full is a boundary: the buffer is concatenated, the op runs alone."""
+    e = [mm(1, 64, 64, 64)] + chain(10, start=2) + [mm(12, 64, 64, 64)]
+    r = model_run(e, mode="adaptive", config=ModelConfig(adaptive_buffer_limit=4))
+    assert [g.n_ops for g in r.groups] == [1, 4, 1, 4, 1, 1]
+    assert r.groups[1].boundary_reason == "buffer_limit"
+    assert ModelConfig.adaptive_limit_from_env({"TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT": "4",
+                                                "TORCH_NEURONX_APPLY_SKIP_INTERMEDIATE": "0"}) == \
+        {"adaptive_buffer_limit": 4, "adaptive_skip_intermediate": False}
+    assert ModelConfig.adaptive_limit_from_env({"TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT": "-3"}) == {}
 
 
 def test_compile_one_launch_per_graph_and_graph_breaks_are_eager() -> None:
@@ -207,15 +249,17 @@ def test_fallback_is_host_cpu_model_plus_copies_and_breaks_groups() -> None:
     n = 1 << 18   # 1 MiB fp32
     fb = ev(6, "aten::_sparse_mm", ins=((n,),), start_ns=1_000, end_ns=51_000, fallback="sparse", source="m.py:7")
     e = chain(5) + [fb] + chain(5, start=7)
-    r = model_run(e, mode="adaptive")
+    r = model_run(e, mode="eager")
     cfg = r.config
     copy_ns = (4 * n) / cfg.host_link_bytes_per_s * 1e9 + cfg.host_transfer_latency_ns
     host_ns = cfg.host_op_overhead_ns + (8 * n) / cfg.host_cpu_bytes_per_s * 1e9  # reads 1 MiB, writes 1 MiB
     assert r.ops["bound"][5] == "fallback" and r.ops["engine"][5] == "host"
     assert r.ops["duration_ns"][5] == pytest.approx(host_ns + 2 * copy_ns)
     assert not r.ops["launch"][5]
-    assert [g.n_ops for g in r.groups] == [5, 1, 5]
-    assert r.groups[0].boundary_reason == "fallback" and r.groups[0].boundary_source == "m.py:7"
+    assert r.groups[4].boundary_reason == "fallback" and r.groups[4].boundary_source == "m.py:7"
+    # adaptive: the fallback copies its inputs to the host, a host wait: buffered ops run one by one
+    a = model_run([mm(0, 64, 64, 64)] + e, mode="adaptive")
+    assert [g.boundary_reason for g in a.groups[1:6]] == ["fallback"] * 5 and a.groups[1].boundary_source == "m.py:7"
     assert r.summary.fallback_ops == 1 and r.summary.host_fallback_ns == pytest.approx(r.ops["duration_ns"][5])
 
 

@@ -93,7 +93,8 @@ def test_hot_path_points_to_kernels(training_profile):
     prof, _ = training_profile
     hot = prof.hot_path()
     assert hot and sum(h.share for h in hot) <= 1.0 + 1e-9
-    assert all(h.bound in ("compute", "memory", "launch", "fallback", "none") and h.why for h in hot)
+    assert all(h.bound in ("compute", "memory", "launch", "fallback", "host", "sync", "transfer", "collective",
+                           "none") and h.why for h in hot)
     assert all(hot[i].device_ns >= hot[i + 1].device_ns for i in range(len(hot) - 1))
     linked = [k for h in prof.hot_path(top_share=1.0, max_ops=50) for k in h.kernels]
     kinds = {k["kind"] for k in linked}

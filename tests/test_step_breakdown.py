@@ -110,8 +110,10 @@ def test_eager_breakdown_adds_up_and_matches_plain_sums():
     assert rec.category == "launch" and rec.tab == "optable"
     assert rec.text.startswith(f"{100 * parts['launch'] / prof.step_time_ns:.0f}% launch overhead")
     wi = prof.what_if(chips=["trn2"], kernels=False).set_index("mode")["speedup"]
-    assert wi["adaptive"] > wi["compile"] > 1
-    assert rec.text.endswith(f"→ adaptive eager or compile (adaptive eager predicted {wi['adaptive']:.1f}x faster: "
+    assert wi["adaptive"] > 1 and wi["compile"] > 1
+    best, other = sorted(("adaptive", "compile"), key=lambda m: -wi[m])
+    names = {"adaptive": "adaptive eager", "compile": "compile"}
+    assert rec.text.endswith(f"→ {names[best]} or {names[other]} ({names[best]} predicted {wi[best]:.1f}x faster: "
                              "What if tab)")
     assert set(rec.ops) <= set(prof.op_table()["key"])
 
@@ -199,7 +201,7 @@ def _merged_length(intervals: list[tuple[float, float]]) -> float:
     return total + (cur[1] - cur[0] if cur else 0.0)
 
 
-def test_adaptive_groups_overlap_engines_and_compute_counts_them_once():
+def test_launches_overlap_engines_and_compute_counts_them_once():
     from tests.models.blocks import TransformerBlock
 
     torch.manual_seed(0)
@@ -212,11 +214,11 @@ def test_adaptive_groups_overlap_engines_and_compute_counts_them_once():
 
     def step():
         with torch.no_grad():
-            model(x)
-            w @ w
-            z.exp()
+            return model(x), w @ w, z.exp()   # returned: a compiled graph drops work whose result is unused
 
-    prof = profile(step, steps=2, warmup=1, mode="adaptive", chip="trn2")
+    # one compiled graph per step (an adaptive region always ends at its matmul, so mm and exp would not share a
+    # launch there: TorchNeuron's rule)
+    prof = profile(step, steps=2, warmup=1, mode="compile", chip="trn2")
     d = prof.device_run.ops_frame()
     t = prof.trace.ops
     dev = d["engine"].isin(["tensor", "vector", "scalar", "gpsimd", "dma"]) & t["sync"].isna() \

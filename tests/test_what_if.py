@@ -75,12 +75,21 @@ def test_another_chip_equals_the_profile_modeled_on_that_chip():
     assert r["basis"] == wi.EXACT
 
 
+def _in_place_ops_per_step(prof) -> float:
+    ops = prof.ops[prof.ops["kind"] == "device"]
+    return float(ops["op"].str.split("::").str[-1].str.split(".").str[0].str.endswith("_").sum()) / prof.steps
+
+
 def test_adaptive_prediction_matches_running_adaptive_on_the_emulator():
     predicted = _mlp("eager").what_if(modes=["adaptive"], chips=["trn2"]).iloc[0]
     measured = _mlp("adaptive")
     assert predicted["basis"] == wi.APPROX_GROUPING
     assert predicted["step_time_ns"] == pytest.approx(measured.step_time_ns, rel=1e-9)
-    assert predicted["step_time_ns"] < _mlp("eager").step_time_ns / 10
+    # TorchNeuron concatenates only up to each matmul and runs every in-place optimizer update alone, so adaptive
+    # beats eager by launches saved, not 10x (the old model fused AdamW's in-place ops and claimed 14x)
+    eager = _mlp("eager")
+    assert predicted["step_time_ns"] < eager.step_time_ns
+    assert measured.launches_per_step >= _in_place_ops_per_step(eager)
 
 
 def test_compile_from_an_eager_trace_is_labelled_approximate_and_uses_graphs():

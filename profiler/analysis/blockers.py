@@ -4,16 +4,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.op_kinds import HOST_KINDS
+
 __all__ = ["cpu_fallbacks", "sync_points", "recompiles", "transfers", "idle_gaps"]
 
 
 def cpu_fallbacks(ops: pd.DataFrame) -> pd.DataFrame:
-    """Per op that falls back to CPU: count, host and modeled time, and the copies it implies."""
-    sel = ops[ops["fallback"].notna()]
-    cols = ["op", "reason", "count", "host_ns", "device_ns", "copy_bytes", "sources"]
+    """Per op that needs the host (kind `host_fallback` or `host_round_trip`, profiler/op_kinds.py): count, host
+    and modeled time, and the copies it implies. `kind` says which; `reason` is the coverage reason key (for a
+    device op whose random mask the host draws: "host_rng_mask")."""
+    sel = ops[ops["kind"].isin(HOST_KINDS)] if "kind" in ops else ops[ops["fallback"].notna()]
+    cols = ["op", "kind", "reason", "count", "host_ns", "device_ns", "copy_bytes", "sources"]
     if sel.empty:
         return pd.DataFrame(columns=cols)
-    g = sel.groupby(["op", "fallback"], sort=False).agg(
+    sel = sel.assign(fallback=sel["fallback"].where(sel["fallback"].notna(), "host_rng_mask"))
+    if "kind" not in sel:
+        sel = sel.assign(kind="host_fallback")
+    g = sel.groupby(["op", "kind", "fallback"], sort=False).agg(
         count=("seq", "size"), host_ns=("host_ns", "sum"), device_ns=("device_ns", "sum"),
         copy_bytes=("bytes", "sum"),
         sources=("source", lambda s: sorted({x for x in s if isinstance(x, str)})[:5])).reset_index()

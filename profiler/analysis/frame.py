@@ -1,10 +1,34 @@
-"""The joined per-op frame every analysis reads: trace ops (where from) + modeled ops (what it cost)."""
+"""The joined per-op frame every analysis reads: trace ops (where from) + modeled ops (what it cost), with each
+op's one classification (`kind`, profiler/op_kinds.py) and the bound that follows from it."""
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["joined_ops"]
+from neuron_studio.profiler.model.columns import attention_flags
+from neuron_studio.profiler.op_kinds import K_DEVICE, classify_ops, kind_names
+
+__all__ = ["joined_ops", "op_kind_codes", "KIND_BOUND"]
+
+#: The bound of an op that is not a device kernel: what limits it is what it is.
+KIND_BOUND = {"host_fallback": "fallback", "host_round_trip": "host", "sync": "sync", "transfer": "transfer",
+              "collective": "collective", "view": "none"}
+
+
+def op_kind_codes(trace_ops: pd.DataFrame, engine: np.ndarray) -> np.ndarray:
+    """`op_kinds.classify_ops` over a trace's ops table and the device run's engine per op."""
+    tags = trace_ops["tags"].to_numpy() if "tags" in trace_ops else None
+    attention = (np.fromiter((attention_flags(t) if isinstance(t, (str, tuple)) else 0 for t in tags),
+                             dtype=np.int8, count=len(tags)) if tags is not None else None)
+    no_engine = np.asarray(engine, dtype=object) == "none"
+    if "is_view" in trace_ops:
+        no_engine = no_engine | trace_ops["is_view"].to_numpy(bool)
+
+    def col(name: str) -> np.ndarray | None:
+        return trace_ops[name].to_numpy() if name in trace_ops else None
+
+    return classify_ops(trace_ops["name"].to_numpy(dtype=object), no_engine=no_engine, fallback=col("fallback"),
+                        sync=col("sync"), transfer=col("transfer"), attention=attention)
 
 
 def joined_ops(trace_ops: pd.DataFrame, modeled_ops: pd.DataFrame) -> pd.DataFrame:
@@ -40,4 +64,23 @@ def joined_ops(trace_ops: pd.DataFrame, modeled_ops: pd.DataFrame) -> pd.DataFra
         "tags": (trace_ops["tags"].to_numpy() if "tags" in trace_ops else np.full(len(trace_ops), "", dtype=object)),
     })
     df["device_ns"] = df["device_end_ns"] - df["device_start_ns"]
+    codes = op_kind_codes(trace_ops, df["engine"].to_numpy(dtype=object))
+    df["kind"] = kind_names(codes)
+    df["bound"] = _bound(df, m, codes)
     return df
+
+
+def _bound(df: pd.DataFrame, m: pd.DataFrame, codes: np.ndarray) -> np.ndarray:
+    """The model's bound for device kernels; the kind's own bound for everything else. A device op whose time
+    is mostly its host-drawn random mask is host-bound; one with no engine time and no HBM traffic is bound by
+    its launch (or by nothing), never "compute"."""
+    bound = df["bound"].to_numpy(dtype=object).copy()
+    names = kind_names(codes)
+    for k, b in KIND_BOUND.items():
+        bound[names == k] = b
+    dev = codes == K_DEVICE
+    if "compute_ns" in m and "memory_ns" in m:
+        idle = dev & (m["compute_ns"].to_numpy(np.float64) <= 0) & (m["memory_ns"].to_numpy(np.float64) <= 0) \
+            & np.isin(bound, ("compute", "memory"))
+        bound[idle] = np.where(df["launch_ns"].to_numpy(np.float64)[idle] > 0, "launch", "none")
+    return bound

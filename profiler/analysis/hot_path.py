@@ -20,6 +20,11 @@ WHY = {
     "memory": "memory-bound: HBM traffic dominates; fuse with neighbours or keep data in SBUF",
     "launch": "launch-bound: too small to amortise the per-launch overhead; fuse (adaptive eager / compile)",
     "fallback": "CPU fallback: runs on the host plus device<->host copies; needs a lowering or an NKI kernel",
+    "host": "host round trip: the host does part of the work (a 64-bit cast, a copy to the CPU and back, or a "
+            "random mask drawn on the host) and copies it over; keep the dtype on the device or drop the op",
+    "sync": "sync: the host waits for the device here; move .item() / .cpu() / print out of the step",
+    "transfer": "host<->device transfer over the host link; create tensors on the device and keep them there",
+    "collective": "collective: NeuronLink/EFA traffic; overlap it with compute or shard less",
     "none": "no device work",
 }
 

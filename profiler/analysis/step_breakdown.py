@@ -30,7 +30,7 @@ __all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommend
 
 #: Priority order: an instant in several categories counts for the first. "idle" is what none covers.
 CATEGORIES = ("compute", "collective", "fallback", "sync", "transfer", "launch")
-LABELS = {"compute": "engine compute", "collective": "collectives", "fallback": "CPU fallbacks",
+LABELS = {"compute": "engine compute", "collective": "collectives", "fallback": "CPU fallbacks & host round trips",
           "sync": "sync stalls", "transfer": "host↔device transfers", "launch": "launch overhead", "idle": "idle"}
 #: A category below this share of the step implies no recommendation.
 RECOMMEND_MIN_SHARE = 0.15
@@ -140,8 +140,14 @@ def breakdown_windows(windows: np.ndarray, intervals: dict[str, tuple[np.ndarray
     return out
 
 
-def modeled_rows(device_ops: pd.DataFrame, trace_ops: pd.DataFrame) -> dict[str, RowCategories]:
-    """Each op's intervals by category, from the device timeline (row i of both tables is the same op)."""
+def modeled_rows(device_ops: pd.DataFrame, trace_ops: pd.DataFrame,
+                 kinds: np.ndarray | None = None) -> dict[str, RowCategories]:
+    """Each op's intervals by category, from the device timeline (row i of both tables is the same op).
+
+    The category follows the op's one classification (`kinds`: profiler/op_kinds.py names per row, computed
+    from the trace when not given): device ops → compute, collectives → collectives, CPU fallbacks and host
+    round trips → host work ("fallback"; a device op whose random mask the host draws counts its mask time
+    there and the rest as compute), syncs → sync stalls, transfers → transfers."""
     n = len(device_ops)
     start = device_ops["start_ns"].to_numpy(np.float64)
     end = device_ops["end_ns"].to_numpy(np.float64)
@@ -151,12 +157,19 @@ def modeled_rows(device_ops: pd.DataFrame, trace_ops: pd.DataFrame) -> dict[str,
     engine = device_ops["engine"].to_numpy(dtype=object)
     names = trace_ops["name"].astype(str).to_numpy(dtype=object)
     sources = trace_ops["source"].to_numpy(dtype=object)
-    coll = np.char.startswith(names.astype(str), "c10d::") if n else np.zeros(0, dtype=bool)
-    fb = (engine == "host") | trace_ops["fallback"].notna().to_numpy()
-    sync = trace_ops["sync"].notna().to_numpy() & ~fb & ~coll
-    tr = trace_ops["transfer"].notna().to_numpy() & ~fb & ~sync & ~coll
-    dev = np.isin(engine, DEVICE_ENGINES) & ~(coll | fb | sync | tr)
-    mask = np.where(dev, np.minimum(mask, end - start), 0.0)
+    if kinds is None:
+        from neuron_studio.profiler.analysis.frame import op_kind_codes
+        from neuron_studio.profiler.op_kinds import kind_names
+
+        kinds = kind_names(op_kind_codes(trace_ops, engine))
+    kinds = np.asarray(kinds, dtype=object)
+    coll = kinds == "collective"
+    host_dev = (kinds == "host_round_trip") & np.isin(engine, DEVICE_ENGINES)   # device op, host-drawn mask
+    fb = ((kinds == "host_fallback") | (kinds == "host_round_trip")) & ~host_dev
+    sync = kinds == "sync"
+    tr = kinds == "transfer"
+    dev = ((kinds == "device") | host_dev) & np.isin(engine, DEVICE_ENGINES)
+    mask = np.where(host_dev, np.minimum(mask, end - start), 0.0)
 
     def rows(sel: np.ndarray, s: np.ndarray, e: np.ndarray) -> RowCategories:
         sel = sel & (e > s)
@@ -207,14 +220,14 @@ def _parts(per_step: pd.DataFrame, steps: int, undetermined: dict[str, str],
 
 
 def modeled_breakdown(device_ops: pd.DataFrame, trace_ops: pd.DataFrame, *, steps: int, step_time_ns: float,
-                      basis: str = "modeled device time", undetermined: dict[str, str] | None = None
-                      ) -> tuple[StepBreakdown, dict[str, RowCategories]]:
+                      basis: str = "modeled device time", undetermined: dict[str, str] | None = None,
+                      kinds: np.ndarray | None = None) -> tuple[StepBreakdown, dict[str, RowCategories]]:
     """The breakdown of a NeuronCore timeline (modeled, or measured with `undetermined` categories).
 
     `step_time_ns` is the run's step time summed over the profiled steps (the model's: the last op's end on
     the busiest core); the windows cover [first op's start, first op's start + step_time_ns)."""
     undetermined = dict(undetermined or {})
-    cats = modeled_rows(device_ops, trace_ops)
+    cats = modeled_rows(device_ops, trace_ops, kinds)
     ovh = device_ops["launch_overhead_ns"].to_numpy(np.float64) if "launch_overhead_ns" in device_ops \
         else np.zeros(len(device_ops))
     starts = device_ops["start_ns"].to_numpy(np.float64) - ovh

@@ -61,6 +61,7 @@ class OpColumns:
     attention: np.ndarray | None = None  # int8 bit flags from the event tags: ATTN_CAUSAL | ATTN_DROPOUT
     reads: np.ndarray | None = None      # object array: tuple of storage ids each op read (None = unknown)
     writes: np.ndarray | None = None     # ... and wrote; the schedule orders the ops of one launch by them
+    step: np.ndarray | None = None       # int64 step of each op (the studio synchronises between steps)
 
     def __post_init__(self) -> None:
         n = len(self.seq)
@@ -68,7 +69,7 @@ class OpColumns:
             object.__setattr__(self, "attention", np.zeros(n, dtype=np.int8))
         for f in ("name_code", "start_ns", "end_ns", "core", "flops", "in_bytes", "out_bytes", "elems",
                   "itemsize", "dtype_class", "is_view", "graph", "deterministic", "transfer_bytes",
-                  "sync", "transfer", "fallback", "source", "attention", "reads", "writes"):
+                  "sync", "transfer", "fallback", "source", "attention", "reads", "writes", "step"):
             a = getattr(self, f)
             if a is not None and len(a) != n:
                 raise ColumnsError(f"column {f!r} has {len(a)} rows, expected {n}")
@@ -226,7 +227,8 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
     elems, itemsize, dtype_class: vectorised, no per-row Python) or the shape columns (input_shapes,
     input_dtypes, output_shapes, output_dtypes: one Python pass per row). Optional: flops, is_view, graph,
     tags or deterministic, transfer_bytes, sync, transfer, fallback, source, reads and writes (storage ids
-    per op, "3,7"; without them the ops of one launch are scheduled one after another).
+    per op, "3,7"; without them the ops of one launch are scheduled one after another), and step (no adaptive
+    region crosses a step boundary).
     """
     keys = set(data.keys())
     missing = [k for k in _REQUIRED if k not in keys]
@@ -300,6 +302,7 @@ def columns_from_mapping(data: "Mapping[str, Any] | pd.DataFrame", *,
         sync=_opt_obj(data, "sync", n), transfer=_opt_obj(data, "transfer", n),
         fallback=_opt_obj(data, "fallback", n), source=_opt_obj(data, "source", n), attention=attn,
         reads=_opt_ids(data, "reads", n), writes=_opt_ids(data, "writes", n),
+        step=num("step", np.int64, 0) if "step" in keys else None,
     )
 
 

@@ -10,12 +10,11 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
-from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, MODES, NO_ENGINE
+from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["ModelConfig", "ConfigError", "MODES", "FUSION_RULES"]
 
 FUSION_RULES = ("chain", "none")
-_ENGINES = (*DEVICE_ENGINES, NO_ENGINE)
 
 
 class ConfigError(ValueError):
@@ -115,12 +114,22 @@ class ModelConfig:
     of a launch over the engines (profiler/model/layout.py), not their HBM traffic. "none": fused ops move the
     same bytes as eager ops."""
 
-    adaptive_max_group_ops: int = 256
-    """Largest adaptive-eager group (ops). Bounds compile time and SBUF pressure of one fused NEFF; the real
-    heuristic is not public (§7 q2)."""
+    adaptive_buffer_limit: int = 1024
+    """Ops TorchNeuron buffers per stream before the next op counts as a boundary (the buffer is concatenated and
+    that op runs alone): `TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT`, default 1024 (ConcatenationEngine.h in
+    parmoham-aws/test-repo-parmoham @98154b86). `adaptive_limit_from_env()` reads the variable."""
 
-    adaptive_fusible_engines: tuple[str, ...] = (*DEVICE_ENGINES, NO_ENGINE)
-    """Engines whose ops may join an adaptive group. Ops of other engines run alone and break the group."""
+    adaptive_skip_intermediate: bool = True
+    """`TORCH_NEURONX_APPLY_SKIP_INTERMEDIATE` (default on, ConcatenationEngine.cpp @98154b86): in-place ops (an
+    output address among the inputs) are region boundaries that run alone. Off ("0"), TorchNeuron instead ends a
+    region where an op writes an address an earlier op of the buffer wrote; the model then treats in-place ops
+    as ordinary ops (a bound: it does not track repeated writes). `adaptive_limit_from_env()` reads it."""
+
+    adaptive_deep_queue: bool = True
+    """Assumption, not measured: the host keeps TorchNeuron's execution queue deeper than its low-water mark
+    (`TORCH_NEURONX_CONCATENATION_QUEUE_LOW_THRESHOLD`, default 15, OperationExecutionEngine.cpp @98154b86), so
+    buffers are flushed by the rules, never early because the device starved. If the device outruns the host
+    (tiny ops), TorchNeuron concatenates less than modeled. The only supported value is True."""
 
     deterministic_tag: str = "deterministic"
     """An event carrying this tag ran under deterministic algorithms, which disable Adaptive Eager (§1.4):
@@ -154,11 +163,12 @@ class ModelConfig:
             raise ConfigError(f"lnc must be None or an integer >= 1, got {self.lnc!r}")
         if self.fusion_rule not in FUSION_RULES:
             raise ConfigError(f"fusion_rule must be one of {FUSION_RULES}, got {self.fusion_rule!r}")
-        if not isinstance(self.adaptive_max_group_ops, int) or self.adaptive_max_group_ops < 1:
-            raise ConfigError(f"adaptive_max_group_ops must be an integer >= 1, got {self.adaptive_max_group_ops!r}")
-        bad = [e for e in self.adaptive_fusible_engines if e not in _ENGINES]
-        if bad:
-            raise ConfigError(f"adaptive_fusible_engines has unknown engine(s) {bad}; valid: {_ENGINES}")
+        if not isinstance(self.adaptive_buffer_limit, int) or isinstance(self.adaptive_buffer_limit, bool) \
+                or self.adaptive_buffer_limit < 1:
+            raise ConfigError(f"adaptive_buffer_limit must be an integer >= 1, got {self.adaptive_buffer_limit!r}")
+        if self.adaptive_deep_queue is not True:
+            raise ConfigError("adaptive_deep_queue: only True is modeled (a starving device's early flushes depend on "
+                              "timing the model does not have)")
 
     # Plausible ranges of the unmeasured assumptions that move the step time (the summary shows the step under
     # the low and the high end): launch costs of a NEFF execution (runtime submit + completion, 5-30 µs) and
@@ -167,6 +177,22 @@ class ModelConfig:
         "launch_overhead_ns": (5_000.0, 30_000.0),
         "collective_latency_scale": (0.5, 2.0),
     }
+
+    @classmethod
+    def adaptive_limit_from_env(cls, environ: "dict[str, str] | None" = None) -> dict[str, object]:
+        """The adaptive-eager switches TorchNeuron reads, as ModelConfig fields (for `replace` / what-if):
+        `TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT` (a positive integer; TorchNeuron ignores others, as here)
+        and `TORCH_NEURONX_APPLY_SKIP_INTERMEDIATE` ("0" turns it off)."""
+        import os
+
+        env = os.environ if environ is None else environ
+        out: dict[str, object] = {}
+        raw = env.get("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT")
+        if raw is not None and raw.strip().lstrip("+").isdigit() and int(raw) > 0:
+            out["adaptive_buffer_limit"] = int(raw)
+        if env.get("TORCH_NEURONX_APPLY_SKIP_INTERMEDIATE") == "0":
+            out["adaptive_skip_intermediate"] = False
+        return out
 
     def replace(self, **changes: object) -> "ModelConfig":
         """A copy with `changes` applied (validated); unknown names raise ConfigError."""

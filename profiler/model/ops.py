@@ -76,7 +76,7 @@ _NONE = {
     "empty_permuted", "new_empty", "new_empty_strided", "resize", "set", "view_as", "unflatten", "flatten",
     "diagonal", "movedim", "moveaxis", "real", "imag", "view_as_real", "view_as_complex", "_conj", "conj",
     "_neg_view", "resolve_conj", "resolve_neg", "unfold", "sym_size", "sym_stride", "sym_numel", "size",
-    "stride", "dim", "numel", "is_nonzero", "item", "_nested_tensor_size", "record_stream", "_has_compatible_shallow_copy_type",
+    "stride", "dim", "numel", "is_nonzero", "item", "synchronize", "_nested_tensor_size", "record_stream", "_has_compatible_shallow_copy_type",
 }
 
 

@@ -212,11 +212,8 @@ def model_run(
     # Groups (sorted order), renumbered by their first row's input position.
     gstart = np.flatnonzero(s.brk)
     gend = np.concatenate((gstart[1:], [n])) - 1 if n else gstart
-    nxt = gend + 1
-    valid = nxt < n
-    valid[valid] &= ~s.core_start[nxt[valid]]
-    bnd_sorted = np.where(valid, nxt, -1)
-    reason = np.where(valid, s.reason[np.minimum(nxt, max(n - 1, 0))] if n else 0, 0).astype(np.int8)
+    bnd_sorted = s.group_boundary
+    reason = s.group_reason
     to_input = (lambda k: k) if order is None else (lambda k: order[k])
     first_row = to_input(gstart)
     rank = np.argsort(first_row, kind="stable")

@@ -13,6 +13,10 @@ import numpy as np
 
 from neuron_studio.profiler.model.columns import OpColumns
 from neuron_studio.profiler.model.config import MODES, ConfigError, ModelConfig
+from neuron_studio.profiler.model.adaptive_regions import (
+    ROLE_BOUNDARY, ROLE_FLUSH, ROLE_GRAPH, ROLE_MATMUL, ROLE_OTHER, ROLE_PASSENGER, adaptive_regions,
+    is_in_place_name, is_matmul_family,
+)
 from neuron_studio.profiler.model.layout import lay_out
 from neuron_studio.hardware import ChipSpec, SpecError
 from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
@@ -24,11 +28,12 @@ __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS
 
 E_TENSOR, E_VECTOR, E_SCALAR, E_GPSIMD, E_DMA, E_NONE, E_HOST = (ENGINE_CODE[e] for e in ENGINES)
 
-# Why a group ended (the reason of the row that started the next group on the same core).
-REASONS = ("end", "eager", "sync", "fallback", "transfer", "deterministic", "not_fusible", "max_group_ops",
-           "graph_start", "graph_break", "after_isolated")
-(R_END, R_EAGER, R_SYNC, R_FALLBACK, R_TRANSFER, R_DETERMINISTIC, R_NOT_FUSIBLE, R_MAX, R_GRAPH_START,
- R_GRAPH_BREAK, R_AFTER) = range(len(REASONS))
+# Why a group ended. Eager and compile: the reason of the row that started the next group on the same core.
+# Adaptive (adaptive_regions.py): what closed the region, or why the op ran on its own.
+REASONS = ("end", "eager", "sync", "fallback", "transfer", "deterministic", "matmul", "buffer_limit",
+           "graph_start", "graph_break", "after_isolated", "in_place", "collective", "step_end", "direct")
+(R_END, R_EAGER, R_SYNC, R_FALLBACK, R_TRANSFER, R_DETERMINISTIC, R_MATMUL, R_LIMIT, R_GRAPH_START,
+ R_GRAPH_BREAK, R_AFTER, R_IN_PLACE, R_COLLECTIVE, R_STEP_END, R_DIRECT) = range(len(REASONS))
 
 BOUNDS = ("compute", "memory", "launch", "fallback", "none")
 B_COMPUTE, B_MEMORY, B_LAUNCH, B_FALLBACK, B_NONE = range(len(BOUNDS))
@@ -90,7 +95,8 @@ class Schedule:
     name_engine: np.ndarray     # int8 engine by name only (what the op would run on without CPU fallback)
     group: np.ndarray           # int64 group index in sorted order
     brk: np.ndarray             # bool: row starts a group
-    reason: np.ndarray          # int8 reason this row started a group
+    group_reason: np.ndarray    # int8 per group (sorted order): why it ended (REASONS)
+    group_boundary: np.ndarray  # int64 per group: sorted row of the op that ended it, -1 for none
     launch: np.ndarray          # bool: row opened a launch
     launch_overhead_ns: np.ndarray
     bytes_read: np.ndarray
@@ -170,49 +176,18 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
 
     det = _take(cols.deterministic, order)
     graph = _take(cols.graph, order)
-    prev = lambda a, fill: np.concatenate(([fill], a[:-1])) if n else a  # noqa: E731
 
-    if mode == "eager":
-        solo = is_fb | is_tr | is_sync
-        brk_before = real | solo
-        conds = [is_fb, is_sync, is_tr, real]
-        codes = [R_FALLBACK, R_SYNC, R_TRANSFER, R_EAGER]
-    elif mode == "adaptive":
-        fusible = np.isin(eng, [ENGINE_CODE[e] for e in config.adaptive_fusible_engines])
-        solo = is_fb | is_sync | is_tr | det | ~fusible
-        brk_before = solo
-        conds = [is_fb, is_sync, is_tr, det, ~fusible]
-        codes = [R_FALLBACK, R_SYNC, R_TRANSFER, R_DETERMINISTIC, R_NOT_FUSIBLE]
-    else:  # compile
-        in_graph = graph >= 0
-        gprev = prev(graph, -2)
-        eager_row = ~in_graph & (real | is_sync | is_tr)
-        solo = is_fb | (~in_graph & (is_sync | is_tr))
-        gchange = in_graph & (graph != gprev)
-        brk_before = solo | eager_row | gchange
-        prev_in_graph = prev(in_graph, False)
-        conds = [is_fb, gchange, ~in_graph & is_sync, ~in_graph & is_tr, eager_row & prev_in_graph, eager_row]
-        codes = [R_FALLBACK, R_GRAPH_START, R_SYNC, R_TRANSFER, R_GRAPH_BREAK, R_EAGER]
-    if mode != "compile" and n and (graph >= 0).any():
-        # torch.compile(backend="neuron") used inside an eager/adaptive run: its graphs still launch whole
-        g_in = graph >= 0
-        g_change = g_in & (graph != prev(graph, -2))
-        g_leave = ~g_in & prev(g_in, False)
-        brk_before = np.where(g_in, g_change | is_fb, brk_before | g_leave)
-        solo = np.where(g_in, is_fb, solo)
-        conds = [g_in & g_change, g_leave] + conds
-        codes = [R_GRAPH_START, R_GRAPH_BREAK] + codes
-    after = prev(solo, False)
-    brk = core_start | brk_before | after
-    reason = np.select(conds + [after], codes + [R_AFTER], default=R_END).astype(np.int8)
+    step = _take(cols.step, order) if cols.step is not None else np.zeros(n, dtype=np.int64)
+    step_start = np.zeros(n, dtype=bool)
+    if n > 1:
+        step_start[1:] = (step[1:] != step[:-1]) & ~core_start[1:]
 
-    if mode == "adaptive" and n:
-        run_id = np.cumsum(brk) - 1
-        starts = np.flatnonzero(brk)
-        pos = np.arange(n) - starts[run_id]
-        extra = (pos > 0) & (pos % config.adaptive_max_group_ops == 0)
-        reason[extra] = R_MAX
-        brk = brk | extra
+    if mode == "adaptive":
+        brk, group_reason, group_boundary = _adaptive_groups(cols, order, config, eng, real, is_fb, is_sync, is_tr,
+                                                             det, graph, core_start, step_start)
+    else:
+        brk, group_reason, group_boundary = _eager_or_compile_groups(mode, real, is_fb, is_sync, is_tr, graph,
+                                                                     core_start)
     group = np.cumsum(brk) - 1
 
     # One launch per group, opened by its first device-kernel op (views, host fallbacks, host<->device copies
@@ -270,7 +245,7 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
     nodes = -(-max(1, int(world_size)) // max(1, local))
     return Schedule(
         order=order, core=core, core_start=core_start, engine=eng, name_engine=eng_by_name, group=group,
-        brk=brk, reason=reason, launch=launch, launch_overhead_ns=ovh, bytes_read=rd, bytes_written=wr,
+        brk=brk, group_reason=group_reason, group_boundary=group_boundary, launch=launch, launch_overhead_ns=ovh, bytes_read=rd, bytes_written=wr,
         is_fallback=is_fb, is_transfer=is_tr, transfer_bytes=np.where(is_tr, tb, 0.0),
         flops=_take(cols.flops, order), elems=elems,
         dtype_class=np.clip(_take(cols.dtype_class, order), 0, len(DTYPE_CLASSES) - 1).astype(np.int8),
@@ -282,6 +257,81 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         reads=None if cols.reads is None else _take(cols.reads, order),
         writes=None if cols.writes is None else _take(cols.writes, order),
     )
+
+
+def _eager_or_compile_groups(mode: str, real: np.ndarray, is_fb: np.ndarray, is_sync: np.ndarray,
+                             is_tr: np.ndarray, graph: np.ndarray, core_start: np.ndarray
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Eager: one group per device op (views join the op before them). Compile: one group per graph execution,
+    ops outside graphs one by one. A group's reason is the reason the next group on its core started."""
+    n = len(real)
+    prev = lambda a, fill: np.concatenate(([fill], a[:-1])) if n else a  # noqa: E731
+    if mode == "eager":
+        solo = is_fb | is_tr | is_sync
+        brk_before = real | solo
+        conds = [is_fb, is_sync, is_tr, real]
+        codes = [R_FALLBACK, R_SYNC, R_TRANSFER, R_EAGER]
+    else:  # compile
+        in_graph = graph >= 0
+        gprev = prev(graph, -2)
+        eager_row = ~in_graph & (real | is_sync | is_tr)
+        solo = is_fb | (~in_graph & (is_sync | is_tr))
+        gchange = in_graph & (graph != gprev)
+        brk_before = solo | eager_row | gchange
+        prev_in_graph = prev(in_graph, False)
+        conds = [is_fb, gchange, ~in_graph & is_sync, ~in_graph & is_tr, eager_row & prev_in_graph, eager_row]
+        codes = [R_FALLBACK, R_GRAPH_START, R_SYNC, R_TRANSFER, R_GRAPH_BREAK, R_EAGER]
+    if mode != "compile" and n and (graph >= 0).any():
+        # torch.compile(backend="neuron") used inside an eager run: its graphs still launch whole
+        g_in = graph >= 0
+        g_change = g_in & (graph != prev(graph, -2))
+        g_leave = ~g_in & prev(g_in, False)
+        brk_before = np.where(g_in, g_change | is_fb, brk_before | g_leave)
+        solo = np.where(g_in, is_fb, solo)
+        conds = [g_in & g_change, g_leave] + conds
+        codes = [R_GRAPH_START, R_GRAPH_BREAK] + codes
+    after = prev(solo, False)
+    brk = core_start | brk_before | after
+    reason = np.select(conds + [after], codes + [R_AFTER], default=R_END).astype(np.int8)
+    gstart = np.flatnonzero(brk)
+    nxt = np.concatenate((gstart[1:], [n])) if n else gstart
+    valid = nxt < n
+    valid[valid] &= ~core_start[nxt[valid]]
+    group_reason = np.where(valid, reason[np.minimum(nxt, max(n - 1, 0))] if n else 0, R_END).astype(np.int8)
+    group_boundary = np.where(valid, nxt, -1).astype(np.int64)
+    return brk, group_reason, group_boundary
+
+
+def _adaptive_groups(cols: OpColumns, order: np.ndarray | None, config: ModelConfig, eng: np.ndarray,
+                     real: np.ndarray, is_fb: np.ndarray, is_sync: np.ndarray, is_tr: np.ndarray, det: np.ndarray,
+                     graph: np.ndarray, core_start: np.ndarray, step_start: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """TorchNeuron's concatenation rules (adaptive_regions.py) over the rows; per-group reason and boundary."""
+    n = len(real)
+    names = cols.names
+    uniq_mm = np.fromiter((is_matmul_family(str(nm)) for nm in names), dtype=bool, count=len(names))
+    uniq_ip = np.fromiter((is_in_place_name(str(nm)) for nm in names), dtype=bool, count=len(names))
+    uniq_coll = np.fromiter((str(nm).startswith("c10d::") for nm in names), dtype=bool, count=len(names))
+    code = _take(cols.name_code, order) if n else np.zeros(0, dtype=np.int32)
+    is_mm, is_ip, is_coll = (u[code] if n else np.zeros(0, dtype=bool) for u in (uniq_mm, uniq_ip, uniq_coll))
+    d2h = np.zeros(n, dtype=bool)
+    if cols.transfer is not None:
+        d2h = is_tr & np.asarray(_take(cols.transfer, order) == "d2h", dtype=bool)
+    kernel = real | is_sync | is_fb | is_tr
+    flush = is_sync | is_fb | d2h | det
+    in_graph = graph >= 0
+    role = np.select(
+        [in_graph, flush, ~kernel, is_coll | is_tr | (is_ip & config.adaptive_skip_intermediate), is_mm],
+        [ROLE_GRAPH, ROLE_FLUSH, ROLE_PASSENGER, ROLE_BOUNDARY, ROLE_MATMUL], default=ROLE_OTHER).astype(np.int8)
+    own = np.select([is_fb, is_sync, det, is_tr, is_coll, is_ip & config.adaptive_skip_intermediate],
+                    [R_FALLBACK, R_SYNC, R_DETERMINISTIC,
+                                                                  R_TRANSFER, R_COLLECTIVE, R_IN_PLACE],
+                    default=R_END).astype(np.int8)
+    res = adaptive_regions(role, own, core_start, step_start, graph, buffer_limit=config.adaptive_buffer_limit,
+                           r_matmul=R_MATMUL, r_direct=R_DIRECT, r_step=R_STEP_END, r_end=R_END, r_limit=R_LIMIT,
+                           r_graph=R_GRAPH_START)
+    gstart = np.flatnonzero(res.brk)
+    return res.brk, res.start_reason[gstart], res.start_boundary[gstart]
 
 
 def _reads_what_prev_wrote(reads: np.ndarray, writes: np.ndarray, prev: np.ndarray, has_prev: np.ndarray) -> np.ndarray:
