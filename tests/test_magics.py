@@ -76,7 +76,11 @@ def test_mime_bundle_is_json_and_escaped_html(ip):
 def test_adaptive_fuses_and_item_is_a_sync_point(ip):
     eager = run(ip, "--mode eager --name e1", STEP + "v = loss.item()\n").result
     adaptive = run(ip, "--mode adaptive --name a1", STEP + "v = loss.item()\n").result
-    assert adaptive.launches_per_step < eager.launches_per_step / 3
+    # regions end at each matmul and every in-place optimizer update runs alone (TorchNeuron's rules): fewer
+    # launches than eager, never fewer than the matmul regions plus the in-place ops
+    assert adaptive.launches_per_step < eager.launches_per_step
+    ops = adaptive.ops[adaptive.ops["kind"] == "device"]["op"].str.split("::").str[-1].str.split(".").str[0]
+    assert adaptive.launches_per_step >= ops.str.endswith("_").sum() / adaptive.steps
     sp = adaptive.sync_points()
     assert "aten::_local_scalar_dense" in set(sp["op"])
     src = sp[sp["op"] == "aten::_local_scalar_dense"]["source"].iloc[0]
@@ -267,7 +271,8 @@ def test_the_magics_own_sync_is_not_a_user_sync_point(ip):
     res = run(ip, "--name quiet-step --steps 2")
     assert res.result.summary_payload["badges"]["sync_points"] == 0
     ops = res.result.trace.ops
-    assert (ops["name"] == "neuron::synchronize").sum() == 1      # still modeled: the device is synced once
+    # still modeled: the studio syncs the device at the end of every step (so no fused region spans two steps)
+    assert (ops["name"] == "neuron::synchronize").sum() == 2
     res = run(ip, "--name user-sync", STEP + "torch.neuron.synchronize()\n")
     assert res.result.summary_payload["badges"]["sync_points"] == 1
 
