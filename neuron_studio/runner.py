@@ -292,6 +292,10 @@ def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) 
     except ExplorerNotFoundError as e:
         store.finish_run(run_id, status="ok", summary=None, wall_s=run.wall_ns / 1e9)
         print(f"%%neuron: profile captured in {run.run_dir}; {e}")
+        if run.compile_cache is not None:
+            print(f"%%neuron: {run.compile_cache.line} (measured: torch_neuronx.metrics)")
+        if run.tracking is not None and run.tracking.fallback:
+            print("%%neuron: ran on CPU (torch_neuronx.get_fallback_ops): " + ", ".join(run.tracking.fallback_ops))
         return run
     prof.run_id = run_id
     prof.trace.meta["cell"] = _origin(shell, spec, notebook)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS, WhatIfError
+from neuron_studio.profiler.hardware_summary import hardware_notes
 from neuron_studio.profiler.summary_numbers import finite_float
 
 __all__ = ["breakdown_block", "what_if_block", "BREAKDOWN_MAX_STEPS"]
@@ -33,7 +34,7 @@ def breakdown_block(prof: Any) -> dict[str, Any]:
         "steps_total": int(len(bd.per_step)),
         "recommendations": [{"category": r.category, "share": finite_float(r.share), "text": r.text, "tab": r.tab,
                              "ops": list(r.ops)} for r in bd.recommendations],
-        "notes": list(bd.notes),
+        "notes": list(bd.notes) + hardware_notes(prof.trace.meta, prof.steps),
     }
 
 

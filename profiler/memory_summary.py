@@ -91,15 +91,39 @@ def _forecast_dict(forecast: Any) -> dict[str, Any]:
 
 
 def _measured_block(prof: Any) -> dict[str, Any] | None:
-    """Real Trainium: the measured peak and the fit verdict, nothing per allocation."""
-    measured = prof.trace.meta.get("memory_measured")
-    if not measured or measured.get("peak_bytes") is None:
+    """Real Trainium: the allocator's measured peak and the fit verdict, plus HBM by usage type over the capture
+    when the profile has Explorer's SystemProfileHbmUsage table (nothing per allocation: TorchNeuron has no
+    allocation record)."""
+    meta = prof.trace.meta
+    measured = meta.get("memory_measured") or {}
+    hbm = (meta.get("device_records") or {}).get("hbm_usage")
+    has_peak = measured.get("peak_bytes") is not None
+    if not has_peak and not hbm:
         return None
-    forecast = prof.memory_forecast()
-    return {"device": 0, "peak_bytes": int(measured["peak_bytes"]), "measured": True, "peak": None,
-            "by_category": {}, "categories": [], "timeline": None, "live": [], "live_count": 0, "activations": [],
-            "bounds": None, "forecast": _forecast_dict(forecast),
-            "notes": [str(measured.get("source") or "measured peak")]}
+    notes = [str(measured.get("source") or "measured peak")] if has_peak else []
+    block: dict[str, Any] = {
+        "device": 0, "peak_bytes": int(measured["peak_bytes"]) if has_peak else None, "measured": True, "peak": None,
+        "by_category": {}, "categories": [], "timeline": None, "live": [], "live_count": 0, "activations": [],
+        "bounds": None, "forecast": _forecast_dict(prof.memory_forecast()) if has_peak else None, "notes": notes,
+        "hbm_peak_bytes": None,
+    }
+    if hbm:
+        total = [int(v) for v in hbm["total"]]
+        ipk = max(range(len(total)), key=total.__getitem__) if total else None
+        block.update(
+            categories=list(hbm["categories"]), by_category=dict(hbm["by_category_at_peak"]),
+            hbm_peak_bytes=int(hbm["peak_bytes"]),
+            timeline={"x_ns": [float(v) for v in hbm["x_ns"]],
+                      "x_label": "capture time (measured HBM by usage type)", "total": total,
+                      **{c: [int(v) for v in hbm[c]] for c in hbm["categories"]}, "step_starts": [],
+                      "events": int(hbm["samples"])})
+        if not has_peak:     # the marker's label is the HBM peak only when it is the block's peak
+            block["peak_bytes"] = int(hbm["peak_bytes"])
+            block["peak"] = {"op": None, "module": None, "source": None, "phase": None, "step": None, "index": ipk}
+        notes.append(f"HBM timeline: {hbm['source']}; peak {hbm['peak_bytes']:,} bytes (runtime, NEFFs, "
+                     "profiler buffers and tensors: more than the allocator's peak)")
+        notes.extend(hbm.get("notes") or [])
+    return block
 
 
 def _notes(prof: Any) -> list[str]:

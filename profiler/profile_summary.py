@@ -11,6 +11,7 @@ from typing import Any
 
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
+from neuron_studio.profiler.hardware_summary import hardware_block
 from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.summary_numbers import finite_float
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
@@ -134,6 +135,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "gpu": _gpu_block(prof),
         "memory": memory_block(prof),
         "breakdown": breakdown_block(prof),
+        "hardware": hardware_block(meta, steps),
         "what_if": what_if_block(prof),
         "warnings": list(warnings or []) + _trace_warnings(meta) + prof.data_gaps()
         + ([no_timeline] if no_timeline else []),

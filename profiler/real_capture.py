@@ -1,24 +1,42 @@
-"""Capture on real Trainium: torch.profiler + TorchNeuron's `NeuronConfig`, then Neuron Explorer -> a measured Profile.
+"""Capture on real Trainium with TorchNeuron's documented profiler API, then Neuron Explorer -> a measured Profile.
 
     run = capture_real(step_fn, steps=1, warmup=3, out_dir="neuron_profile")
     prof = run.profile()          # Neuron Explorer Parquet -> neuron_studio.profiler.neuron_profile.load_neuron_profile
 
-What happens (trainium.md §2.1):
-1. warm-up: at least `MIN_WARMUP` (3) calls outside the profiler (fewer -> `WarmupWarning`, raised to 3);
-2. `torch.profiler.profile(activities=[CPU, PrivateUse1], experimental_config=NeuronConfig(modes=[DEVICE,
-   RUNTIME], profile_output_dir=..., max_events_per_nc=..., capture_enabled_for_nc=...),
-   on_trace_ready=NeuronProfiler(cfg).export_trace)` around the profiled steps, with
-   `torch.neuron.synchronize()` before leaving (execution is asynchronous);
-3. the run directory `<out>/<instance-id>_pid_<pid>/<timestamp>/` is located (newest for this pid);
-4. `neuron-explorer view -d <run dir> --output-format parquet --output-file <run dir>/explorer` turns the
+The profiler API generation is detected from what `torch_neuronx.profiling` exports, never guessed
+(`detect_profiler_api`):
+
+- "shipped" (Neuron 2.32 docs, `tools/neuron-explorer/how-to-profile-workload.rst` §PyTorch profiling):
+  `torch.profiler.profile(activities=[CPU, PrivateUse1], experimental_config=NeuronConfig(modes=..., profile_output_dir=
+  ..., max_events_per_nc=..., capture_enabled_for_nc=..., neff_cache_dir=...), record_shapes=True,
+  on_trace_ready=NeuronProfiler(cfg).export_trace)`;
+- "april" (pre-release source `torch_neuronx/profiling.py`, `parmoham-aws/test-repo-parmoham` @98154b86): the
+  `NeuronProfiler(pytorch_activities=[CPU], record_shapes=True, neuron_output_dir=..., event_filters={"nc": [...]})`
+  context manager (always device + system profile; `max_events_per_nc`/`neff_cache_dir`/`modes` do not exist there).
+
+What happens:
+1. `NEURON_RT_INSPECT_ENABLE=1` in the environment is refused (`CaptureConfigError`): the docs forbid combining it
+   with torch.profiler (`environment-variables.rst`). For eager and adaptive cells
+   `NEURON_RT_INSPECT_DEVICE_PROFILE=session` is set for the capture (and restored after) unless the user set it:
+   eager runs one NEFF per op and session mode puts all of them in one NTFF (`troubleshooting.rst`).
+2. warm-up: at least `MIN_WARMUP` (3) calls outside the profiler (fewer -> `WarmupWarning`, raised to 3), then
+   `torch.neuron.synchronize()`;
+3. the profiled steps, `torch.neuron.synchronize()` before the profiler stops and exports (execution is async);
+4. the run directory `<out>/<instance-id>_pid_<pid>/<timestamp>/` is located (newest for this pid; with
+   `WORLD_SIZE` > 1 `<out>` is `<out>/rank<RANK>`, so every rank has its own), with TorchNeuron's
+   `framework_mapping_<ts>.json` (in the run directory or, April, in the output directory);
+5. `neuron-explorer view -d <run dir> --output-format parquet --output-file <run dir>/explorer` turns the
    NTFF/NEFF/ntrace files into Parquet tables; without the CLI, `ExplorerNotFoundError` says what to install.
 
-Op tracking (`torch_neuronx.clear_op_tracking/get_executed_ops/get_fallback_ops`), the effective eager
-switches and, in compile mode, `torch_neuronx.get_dynamo_metrics()` are recorded with the run. This module
-is only imported on the real backend: it imports `torch_neuronx` inside functions.
+Around the whole cell (warm-up included): op tracking (`torch_neuronx.clear_op_tracking/get_executed_ops/
+get_fallback_ops`), the studio's `FrameworkLog` (each aten op's sequence number, thread, module and source line: the
+PyTorch side of the framework mapping, and where each NEFF compile happened) and `CompileCacheWatch`
+(`torch_neuronx.metrics`). This module is only imported on the real backend: it imports `torch_neuronx` inside
+functions.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -36,7 +54,8 @@ from neuron_studio.profiler.trace import HOST_COLUMNS
 __all__ = [
     "MIN_WARMUP", "HbmReservationWarning", "WarmupWarning", "ExplorerNotFoundError", "ExplorerError",
     "ProfileOutputError", "NeuronCaptureOptions", "RealRun", "capture_real", "locate_run_dir", "run_explorer",
-    "explorer_install_message", "EXPECTED_FILES",
+    "explorer_install_message", "EXPECTED_FILES", "CaptureConfigError", "UnsupportedProfilerError",
+    "detect_profiler_api", "capture_environment", "PROFILER_APIS",
 ]
 
 MIN_WARMUP = 3
@@ -70,6 +89,81 @@ class ExplorerNotFoundError(RuntimeError):
 
 class ExplorerError(RuntimeError):
     """`neuron-explorer` failed or timed out (carries its stderr)."""
+
+
+class CaptureConfigError(RuntimeError):
+    """The environment conflicts with a torch.profiler capture (names the variable and what to do)."""
+
+
+class UnsupportedProfilerError(ImportError):
+    """`torch_neuronx.profiling` exports neither documented profiler API (names what it does export)."""
+
+
+PROFILER_APIS = ("shipped", "april")
+
+
+def detect_profiler_api(profiling: Any) -> str:
+    """"shipped" when `torch_neuronx.profiling` has NeuronConfig, ProfileMode and NeuronProfiler (Neuron 2.32 docs);
+    "april" when it has only NeuronProfiler taking `pytorch_activities` / `neuron_output_dir` (April source)."""
+    import inspect
+
+    names = {n for n in ("NeuronConfig", "ProfileMode", "NeuronProfiler") if hasattr(profiling, n)}
+    if names == {"NeuronConfig", "ProfileMode", "NeuronProfiler"}:
+        return "shipped"
+    if "NeuronProfiler" in names:
+        try:
+            params = set(inspect.signature(profiling.NeuronProfiler).parameters)
+        except (TypeError, ValueError):
+            params = set()
+        if {"pytorch_activities", "neuron_output_dir"} <= params:
+            return "april"
+    exported = sorted(n for n in dir(profiling) if not n.startswith("_"))
+    raise UnsupportedProfilerError(
+        "torch_neuronx.profiling exports neither documented profiler API (NeuronConfig + ProfileMode + "
+        "NeuronProfiler(config), or NeuronProfiler(pytorch_activities=..., neuron_output_dir=...)); it exports "
+        f"{exported}. Update torch-neuronx, or import a capture with load_neuron_profile")
+
+
+_SESSION_MODES = ("eager", "adaptive")
+
+
+class capture_environment:
+    """The NEURON_RT_INSPECT_* environment a torch.profiler capture needs, set for the capture and restored after:
+    refuses NEURON_RT_INSPECT_ENABLE=1; sets NEURON_RT_INSPECT_DEVICE_PROFILE=session for eager/adaptive when unset."""
+
+    VAR = "NEURON_RT_INSPECT_DEVICE_PROFILE"
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+        self.notes: list[str] = []
+        self._old: str | None = None
+        self._set = False
+
+    def __enter__(self) -> "capture_environment":
+        if os.environ.get("NEURON_RT_INSPECT_ENABLE", "").strip() not in ("", "0"):
+            raise CaptureConfigError(
+                "NEURON_RT_INSPECT_ENABLE is set: the Neuron docs forbid combining environment-variable capture with "
+                "torch.profiler (they conflict). Unset NEURON_RT_INSPECT_ENABLE in the kernel's environment and "
+                "restart the kernel, or capture with the environment variables alone and load the result with "
+                "load_neuron_profile")
+        self._old = os.environ.get(self.VAR)
+        if self.mode in _SESSION_MODES:
+            if self._old is None or self._old.strip() == "":
+                os.environ[self.VAR] = "session"
+                self._set = True
+                self.notes.append(f"{self.VAR}=session for the capture: eager runs one NEFF per op, session mode "
+                                  "captures all of them in one NTFF")
+            elif self._old.strip() != "session":
+                self.notes.append(f"{self.VAR}={self._old} (set in the environment) kept: eager runs one NEFF per op "
+                                  "and only session mode captures every execution in one NTFF")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._set:
+            if self._old is None:
+                os.environ.pop(self.VAR, None)
+            else:
+                os.environ[self.VAR] = self._old
 
 
 class ProfileOutputError(FileNotFoundError):
@@ -201,6 +295,11 @@ class RealRun:
     explorer_message: str | None = None              # why there is no Parquet (CLI missing / failed)
     notes: list[str] = field(default_factory=list)
     name: str | None = None
+    api: str | None = None                           # "shipped" | "april" (detect_profiler_api)
+    rank: int = 0
+    framework_log: Any = None                        # FrameworkLog.ops of the cell
+    mapping: Any = None                              # neuron_profile.executions.FrameworkMapping, or None
+    compile_cache: Any = None                        # compile_cache.CompileCache, or None
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -208,7 +307,8 @@ class RealRun:
             "switches": {k: v.to_dict() for k, v in self.switches.items()},
             "dynamo_metrics": self.dynamo_metrics, "capture_dir": str(self.run_dir) if self.run_dir else None,
             "warmup": self.warmup, "wall_ns": self.wall_ns, "capture_notes": list(self.notes),
-            "memory_measured": self.memory,
+            "memory_measured": self.memory, "profiler_api": self.api, "rank": self.rank,
+            "compile_cache": self.compile_cache.to_dict() if self.compile_cache is not None else None,
         }
 
     def profile(self, *, chip: str | None = None) -> Any:
@@ -219,7 +319,8 @@ class RealRun:
         from neuron_studio.profiler.trace import Trace
 
         prof = load_neuron_profile(self.parquet_dir, chip=chip, mode=self.mode, steps=self.steps, name=self.name,
-                            tracking=self.tracking, extra_meta=self.meta())
+                                   tracking=self.tracking, extra_meta=self.meta(), mapping=self.mapping,
+                                   framework_log=self.framework_log)
         if self.host is not None and len(self.host):
             tr = prof.trace
             tr.meta["figures"]["host_time"] = "measured"
@@ -271,16 +372,97 @@ def measured_memory(torch: Any, start: int | None) -> dict[str, Any] | None:
                       "the HBM DEVICE profiling itself reserves is not in it)"}
 
 
+def _rank() -> tuple[int, int]:
+    """(rank, world size) from torchrun's environment (0, 1 outside a distributed launch)."""
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+def _nc_list(spec: str | None) -> list[str] | None:
+    return [x.strip() for x in spec.split(",") if x.strip()] if spec else None
+
+
+class _Profiler:
+    """Start/stop TorchNeuron's profiler in the detected API generation (one object, two shapes)."""
+
+    def __init__(self, api: str, opts: NeuronCaptureOptions, out_dir: Path) -> None:
+        import torch
+
+        self.api, self.opts, self.out_dir = api, opts, out_dir
+        self.notes: list[str] = []
+        self.torch_prof: Any = None
+        self._ctx: Any = None
+        self.cpu = torch.profiler.ProfilerActivity.CPU
+        self.pu1 = torch.profiler.ProfilerActivity.PrivateUse1
+
+    def start(self) -> None:
+        import torch
+        from torch_neuronx import profiling
+
+        if self.api == "shipped":
+            cfg = neuron_config(dataclasses.replace(self.opts, out_dir=self.out_dir))
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=r".*privateuseone.*")
+                self.torch_prof = torch.profiler.profile(
+                    activities=[self.cpu, self.pu1], experimental_config=cfg, record_shapes=True,
+                    on_trace_ready=profiling.NeuronProfiler(cfg).export_trace)
+                self.torch_prof.__enter__()
+            self._ctx = self.torch_prof
+            return
+        unsupported = [n for n, v in (("max_events_per_nc", self.opts.max_events_per_nc),
+                                      ("neff_cache_dir", self.opts.neff_cache_dir)) if v is not None]
+        if tuple(m.upper() for m in self.opts.modes) != ("DEVICE", "RUNTIME"):
+            unsupported.append("modes")
+        if unsupported:
+            self.notes.append(f"this TorchNeuron's NeuronProfiler (April API) has no {', '.join(unsupported)}: "
+                              "ignored (it always captures the device and system profiles)")
+        nc = _nc_list(self.opts.capture_enabled_for_nc)
+        self._ctx = profiling.NeuronProfiler(pytorch_activities=[self.cpu], record_shapes=True,
+                                             neuron_output_dir=str(self.out_dir),
+                                             event_filters={"nc": nc} if nc else None)
+        self._ctx.__enter__()
+
+    def stop(self) -> None:
+        if self._ctx is not None:
+            self._ctx.__exit__(None, None, None)
+
+    def host(self, t_wall0: int) -> pd.DataFrame | None:
+        if self.torch_prof is not None:
+            return _host_frame(self.torch_prof, t_wall0)
+        self.notes.append("host time not captured: the April NeuronProfiler keeps its torch.profiler private (its "
+                          "CPU trace is pytorch_trace.json in the output directory)")
+        return None
+
+
+def _neff_cache_dir(opts: NeuronCaptureOptions, notes: list[str]) -> NeuronCaptureOptions:
+    """The shipped docs: for eager, set neff_cache_dir so the many per-op NEFFs are copied into the profile. Taken
+    from TORCH_NEURONX_NEFF_CACHE_DIR when the options leave it unset; else TorchNeuron's default applies (noted)."""
+    if opts.neff_cache_dir is not None:
+        return opts
+    env = os.environ.get("TORCH_NEURONX_NEFF_CACHE_DIR", "").strip()
+    if env:
+        return dataclasses.replace(opts, neff_cache_dir=env)
+    notes.append("neff_cache_dir not set (nor TORCH_NEURONX_NEFF_CACHE_DIR): if Explorer cannot match executions to "
+                 "NEFFs, set NeuronCaptureOptions(neff_cache_dir=...) to TorchNeuron's NEFF cache directory")
+    return opts
+
+
 def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WARMUP, mode: str = "eager",
                  options: NeuronCaptureOptions | None = None, name: str | None = None, chip: str = "trn2",
                  on_step: Callable[[int], None] | None = None) -> RealRun:
     """Run `fn` `warmup` times, then `steps` times under the Neuron profiler; locate the output, run Explorer.
 
-    Op tracking covers the whole call (warm-up included): it answers "what ran where in this cell".
+    Op tracking, the op log and the compile-cache watch cover the whole call (warm-up included): they answer
+    "what ran where, and what compiled, in this cell".
     """
     import torch
 
     from neuron_studio.device import real as _real
+    from neuron_studio.profiler.compile_cache import CompileCacheWatch
+    from neuron_studio.profiler.framework_log import FrameworkLog
+    from neuron_studio.profiler.neuron_profile.executions import read_framework_mapping
 
     if steps < 1:
         raise ValueError(f"steps must be >= 1; got {steps}")
@@ -295,47 +477,65 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
         warnings.warn("ProfileMode.DEVICE reserves about 5 GB of HBM on Trn2 while the profiler runs: a model "
                       "that nearly fills HBM may fail with out-of-memory under capture only",
                       HbmReservationWarning, stacklevel=2)
-    _real._nx()  # fails early (ImportError) when TorchNeuron is absent
-    Path(opts.out_dir).mkdir(parents=True, exist_ok=True)
+    nx = _real._nx()  # fails early (ImportError) when TorchNeuron is absent
+    from torch_neuronx import profiling
+
+    api = detect_profiler_api(profiling)
+    cache_notes: list[str] = []
+    if mode in _SESSION_MODES and api == "shipped":
+        opts = _neff_cache_dir(opts, cache_notes)
+    rank, world = _rank()
+    out_dir = Path(opts.out_dir) / f"rank{rank}" if world > 1 else Path(opts.out_dir)
+    env = capture_environment(mode)
+    metrics = getattr(nx, "metrics", None)
+    watch = CompileCacheWatch(metrics) if metrics is not None else None
+    out_dir.mkdir(parents=True, exist_ok=True)
     if mode == "compile":
         _real.reset_dynamo_metrics()
     tracker = _real.OpTracker()
     started = time.time()
     t_wall0 = time.time_ns()
     t0 = time.perf_counter_ns()
-    host = None
-    with tracker:
-        for _ in range(warmup):
+    log = FrameworkLog()
+    prof = _Profiler(api, opts, out_dir)
+    with env, tracker, log, (watch if watch is not None else contextlib.nullcontext()):
+        for w in range(warmup):
+            log.step = w - warmup
             fn()
+        log.step = None
         torch.neuron.synchronize()
-        cfg = neuron_config(opts)
-        from torch_neuronx.profiling import NeuronProfiler
-
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.PrivateUse1]
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=r".*privateuseone.*")
-            prof = torch.profiler.profile(activities=activities, experimental_config=cfg,
-                                          on_trace_ready=NeuronProfiler(cfg).export_trace)
-            prof.__enter__()
+        prof.start()
         mem_start = _reset_peak_memory(torch)
         try:
             for i in range(steps):
+                log.step = i
                 fn()
                 if on_step is not None:
                     on_step(i + 1)
         finally:
-            torch.neuron.synchronize()  # execution is asynchronous: sync before leaving the profiler
-            prof.__exit__(None, None, None)
+            log.step = None
+            torch.neuron.synchronize()  # execution is asynchronous: sync before the profiler stops and exports
+            prof.stop()
         memory = measured_memory(torch, mem_start)
-        host = _host_frame(prof, t_wall0)
+        host = prof.host(t_wall0)
     wall = time.perf_counter_ns() - t0
     run = RealRun(run_dir=None, parquet_dir=None, tracking=tracker.result,
                   switches=_real.eager_switches(chip=chip),
                   dynamo_metrics=_real.dynamo_metrics() if mode == "compile" else {}, mode=mode, steps=steps,
-                  warmup=warmup, host=host, wall_ns=int(wall), name=name, memory=memory)
+                  warmup=warmup, host=host, wall_ns=int(wall), name=name, memory=memory, api=api, rank=rank,
+                  framework_log=log.ops, compile_cache=watch.result(log) if watch is not None else None)
+    run.notes += env.notes + prof.notes + cache_notes
+    if watch is None:
+        run.notes.append("compile-cache figures not captured: this torch_neuronx has no metrics module")
     if _real.deterministic_mode():
         run.notes.append("deterministic algorithms are on: TorchNeuron disables Adaptive Eager fusion")
-    run.run_dir = locate_run_dir(opts.out_dir, modes=opts.modes, since=started)
+    run.run_dir = locate_run_dir(out_dir, modes=opts.modes if api == "shipped" else ("DEVICE", "RUNTIME"),
+                                 since=started)
+    run.mapping = read_framework_mapping([run.run_dir, out_dir], since_s=started)
+    if run.mapping is None:
+        run.notes.append("no framework_mapping_<ts>.json from TorchNeuron: device executions cannot be joined to "
+                         "PyTorch ops (it is written only with PyTorch and runtime profiling both on, and not with "
+                         "NEURON_LAUNCH_BLOCKING=1 in the April source's tests)")
     if opts.explorer:
         try:
             run.parquet_dir = run_explorer(run.run_dir, timeout_s=opts.explorer_timeout_s)

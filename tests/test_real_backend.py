@@ -157,7 +157,7 @@ def test_capture_records_neuron_config_warns_and_explains_missing_explorer(tmp_p
     assert out["warmup"] == 3 and out["steps"] == [1, 2]
     assert out["config"] == [{"modes": ["DEVICE", "RUNTIME"], "max_events_per_nc": 5000,
                               "capture_enabled_for_nc": "0,1", "profile_output_dir": str(tmp_path / "prof"),
-                              "neff_cache_dir": None}]
+                              "neff_cache_dir": None}]    # no TORCH_NEURONX_NEFF_CACHE_DIR: TorchNeuron's default
     order = out["order"]
     assert order[0] == "clear_op_tracking" and order.index("synchronize") < order.index("NeuronConfig")
     assert "synchronize" in order[order.index("NeuronConfig"):order.index("export_trace")]  # synced before leaving
@@ -217,7 +217,9 @@ def test_eager_switch_defaults_and_environment() -> None:
     sw = eager_switches({})
     assert {k: (s.value, s.source) for k, s in sw.items()} == {
         "NEURON_LAUNCH_BLOCKING": ("1", "default"), "TORCH_NEURONX_ENABLE_CONCATENATION": ("0", "default"),
-        "TORCH_NEURONX_ENABLE_PROLOGUE": ("1", "default"), "NEURON_LOGICAL_NC_CONFIG": ("2", "default")}
+        "TORCH_NEURONX_ENABLE_PROLOGUE": ("1", "default"), "NEURON_LOGICAL_NC_CONFIG": ("2", "default"),
+        "TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS": ("0", "default"),
+        "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION": ("1", "default")}
     sw = eager_switches({"NEURON_LAUNCH_BLOCKING": " 0 ", "NEURON_LOGICAL_NC_CONFIG": ""}, chip="trn1")
     assert (sw["NEURON_LAUNCH_BLOCKING"].value, sw["NEURON_LAUNCH_BLOCKING"].source) == ("0", "env")
     assert (sw["NEURON_LOGICAL_NC_CONFIG"].value, sw["NEURON_LOGICAL_NC_CONFIG"].source) == ("1", "default")

@@ -17,7 +17,16 @@ export const CATEGORY_LABELS: Record<string, string> = {
   optimizer_state: 'optimizer state',
   input: 'input batch',
   activation: 'activations (saved for backward)',
-  temporary: 'temporaries'
+  temporary: 'temporaries',
+  hbm_tensors: 'tensors',
+  hbm_weights: 'weights',
+  hbm_io: 'I/O',
+  hbm_scratchpad: 'scratchpad and spill',
+  hbm_instructions: 'instructions',
+  hbm_collectives: 'collectives',
+  hbm_dma_rings: 'DMA rings',
+  hbm_profiler: 'profiler buffers',
+  hbm_other: 'other'
 };
 
 /** Binary units, 3 significant digits (as the Python side's fmt_bytes). */

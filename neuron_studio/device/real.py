@@ -142,6 +142,12 @@ EAGER_SWITCHES: tuple[tuple[str, str, str], ...] = (
      "0 disables prologue folding of view/transpose ops; also off in sync mode or without StableHLO"),
     ("NEURON_LOGICAL_NC_CONFIG", "2",
      "physical NeuronCores per logical core (Trn2/Trn3 default 2 -> 4 logical cores per Trn2 chip; Trn1: 1)"),
+    # what happens to ops TorchNeuron cannot run (trainium.md §1.7, §1.8, §1.10)
+    ("TORCH_NEURONX_FALLBACK_ONLY_FOR_UNIMPLEMENTED_OPS", "0",
+     "1 = only unimplemented ops fall back to CPU; a Neuron execution error raises instead of falling back "
+     "silently (RELEASE builds default to 0, DEV builds to 1)"),
+    ("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1",
+     "1 = a compiled graph that fails raises; 0 = it runs eagerly instead (2.33 docs default 1; April source 0)"),
 )
 
 

@@ -12,10 +12,17 @@ from neuron_studio.ui.formatting import as_number, fmt_bytes
 __all__ = ["CATEGORY_COLORS", "CATEGORY_LABELS", "memory_view", "memory_line", "fmt_bytes"]
 
 CATEGORY_COLORS = {"parameter": "#4e79a7", "gradient": "#f28e2b", "optimizer_state": "#b07aa1",
-                   "input": "#9c755f", "activation": "#59a14f", "temporary": "#bab0ac"}
+                   "input": "#9c755f", "activation": "#59a14f", "temporary": "#bab0ac",
+                   # measured HBM by usage type on Trainium (profiler.neuron_profile.device_records.HBM_GROUPS)
+                   "hbm_tensors": "#59a14f", "hbm_weights": "#4e79a7", "hbm_io": "#9c755f",
+                   "hbm_scratchpad": "#edc948", "hbm_instructions": "#76b7b2", "hbm_collectives": "#e15759",
+                   "hbm_dma_rings": "#ff9da7", "hbm_profiler": "#bab0ac", "hbm_other": "#79706e"}
 CATEGORY_LABELS = {"parameter": "parameters", "gradient": "gradients", "optimizer_state": "optimizer state",
                    "input": "input batch", "activation": "activations (saved for backward)",
-                   "temporary": "temporaries"}
+                   "temporary": "temporaries", "hbm_tensors": "tensors", "hbm_weights": "weights",
+                   "hbm_io": "I/O", "hbm_scratchpad": "scratchpad and spill", "hbm_instructions": "instructions",
+                   "hbm_collectives": "collectives", "hbm_dma_rings": "DMA rings",
+                   "hbm_profiler": "profiler buffers", "hbm_other": "other"}
 
 
 def memory_line(m: dict | None) -> str:

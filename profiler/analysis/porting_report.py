@@ -17,7 +17,7 @@ _UNSUPPORTED_DTYPES = {
 @dataclass
 class CheckItem:
     severity: str        # "error" (blocks a good port), "warning", "ok", "info"
-    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | memory | efficiency | cost
+    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | memory | compile_cache | efficiency | cost
     message: str
     fix: str = ""
     details: list[str] = field(default_factory=list)
@@ -89,6 +89,9 @@ def porting_report(prof: Any) -> PortingReport:
     memory = _memory_item(prof)
     if memory is not None:
         items.append(memory)
+    compiles = _compile_item(prof)
+    if compiles is not None:
+        items.append(compiles)
     mfu = float(prof.mfu)
     items.append(CheckItem(
         "info" if mfu >= 0.3 else "warning", "efficiency",
@@ -105,6 +108,23 @@ def porting_report(prof: Any) -> PortingReport:
     return PortingReport(run_id=prof.run_id, chip=prof.summary.chip, mode=prof.trace.mode, items=items, mfu=mfu,
                          cost_per_1000_steps_usd=c.per_1000_steps_usd,
                          h100_cost_per_1000_steps_usd=c.h100_per_1000_steps_usd)
+
+
+def _compile_item(prof: Any) -> CheckItem | None:
+    """Real TorchNeuron: the cell's NEFF compiles from torch_neuronx.metrics (measured); None elsewhere."""
+    cc = prof.trace.meta.get("compile_cache")
+    if not isinstance(cc, dict):
+        return None
+    graphs = cc.get("graphs") or []
+    new = [g for g in graphs if g.get("new_shape")]
+    details = [f"{g.get('op') or '?'} at {g.get('source') or '?'}: {g.get('shapes') or '?'}, "
+               f"{(g.get('time_ns') or 0) / 1e6:.3g} ms, NEFF {g.get('neff_bytes') or 0:,} bytes"
+               for g in (new or sorted(graphs, key=lambda g: -(g.get("time_ns") or 0)))[:10]]
+    if new:
+        return CheckItem("warning", "compile_cache", cc.get("line") or "new shapes recompiled",
+                         "keep shapes fixed between steps (pad or bucket the batch); each new shape compiles new NEFFs",
+                         details)
+    return CheckItem("info", "compile_cache", cc.get("line") or "compile cache", "", details)
 
 
 def _memory_item(prof: Any) -> CheckItem | None:

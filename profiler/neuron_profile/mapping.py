@@ -17,7 +17,13 @@ import pandas as pd
 
 from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, ratio
 from neuron_studio.profiler.neuron_profile.measured_run import MeasuredGroups, MeasuredRun
-from neuron_studio.profiler.neuron_profile.op_rows import OpRows, ops_from_framework_nodes, ops_from_instructions
+from neuron_studio.profiler.neuron_profile.device_records import device_records, explorer_warnings
+from neuron_studio.profiler.neuron_profile.executions import (
+    Executions, FrameworkMapping, device_executions, instruction_windows, label_executions,
+)
+from neuron_studio.profiler.neuron_profile.op_rows import (
+    OpRows, ops_from_executions, ops_from_framework_nodes, ops_from_instructions,
+)
 from neuron_studio.profiler.neuron_profile.figures import ChipChoice, SummaryFigures, resolve_chip, summary_figures
 from neuron_studio.profiler.neuron_profile.tables import SYSTEM_SOURCES, ExplorerTables
 from neuron_studio.profiler.neuron_profile.values import (
@@ -30,7 +36,8 @@ __all__ = ["measured_run", "trace_from_tables", "FALLBACK_REASON"]
 
 _COMPUTE_ENGINES = tuple(e for e in DEVICE_ENGINES if e != "dma")
 
-FALLBACK_REASON = "cpu fallback (reported by torch_neuronx.get_fallback_ops)"
+FALLBACK_REASON = ("ran on CPU, silently: reported by torch_neuronx.get_fallback_ops() while its tensors still say "
+                   "device=neuron:0")
 
 
 @dataclass(frozen=True)
@@ -344,7 +351,7 @@ def _trace_ops(ops: OpRows, r: _Rows, core: int) -> pd.DataFrame:
         "transfer_bytes": np.zeros(n), "fallback": r.fallback,
         "source": np.asarray([x or None for x in source], dtype=object),
         "graph": np.zeros(n, np.int64), "deterministic": np.zeros(n, bool),
-        "phase": np.asarray(["backward" if "backward" in str(x).lower() else "forward" for x in name], dtype=object),
+        "phase": _phases(ops, r),
         "module": r.module, "step": np.zeros(n, np.int32),
         # extra (measured-only) columns, kept by Trace
         "device_ns": np.round(r.active).astype(np.int64), "span_end_ns": np.concatenate(
@@ -353,6 +360,33 @@ def _trace_ops(ops: OpRows, r: _Rows, core: int) -> pd.DataFrame:
         "hlo_name": np.concatenate([ops.hlo[order], np.full(n_fb, "", dtype=object)]).astype(object),
         "evt_wait_ns": np.round(wait).astype(np.int64),
     })
+
+
+def _phases(ops: OpRows, r: _Rows) -> np.ndarray:
+    """Forward/backward/optimizer: from the PyTorch join when there is one, else from the op name."""
+    by_name = np.asarray(["backward" if "backward" in str(x).lower() else "forward" for x in r.name], dtype=object)
+    if ops.phase is None:
+        return by_name
+    joined = np.concatenate([np.asarray(ops.phase, dtype=object)[r.order], np.full(r.n_fb, "", dtype=object)])
+    return np.where(joined != "", joined, by_name).astype(object)
+
+
+def _execution_ops(t: ExplorerTables, ex: Executions, mapping: FrameworkMapping | None, log: Any, tracking: Any
+                   ) -> tuple[OpRows, dict[str, Any]]:
+    """One op row per device execution, named by the PyTorch op TorchNeuron's mapping joins it to."""
+    fallback = ex.neff.copy() if len(ex.neff) == len(ex) else np.full(len(ex), "", dtype=object)
+    ins = t.get("Instruction")
+    if ins is not None and len(ins) and "hlo_name" in ins.columns:
+        from neuron_studio.profiler.neuron_profile.profiler_json import hlo_instruction_name
+
+        k = instruction_windows(ins, ex)
+        hlo = str_col(ins, "hlo_name")
+        for i in np.flatnonzero(k >= 0)[::-1]:          # the first instruction of each window wins
+            if hlo[i]:
+                fallback[k[i]] = hlo_instruction_name(hlo[i])
+    fallback = np.asarray([f or "nc_exec_running" for f in fallback], dtype=object)
+    labels = label_executions(ex, mapping, log, fallback, cpu_ops=tracking.fallback if tracking is not None else ())
+    return ops_from_executions(t, ex, labels), labels.stats
 
 
 def _measured_from(t: ExplorerTables) -> str:
@@ -381,9 +415,12 @@ def _trace_meta(t: ExplorerTables, meta_row: Mapping[str, Any], summ: Mapping[st
     }
 
 
-def measured_run(t: ExplorerTables, *, chip: str | None = None, mode: str = "eager",
-                 tracking: Any = None) -> tuple[MeasuredRun, dict[str, Any], pd.DataFrame]:
-    """Tables -> (MeasuredRun, the trace metadata it implies, the trace's `ops` rows)."""
+def measured_run(t: ExplorerTables, *, chip: str | None = None, mode: str = "eager", tracking: Any = None,
+                 mapping: FrameworkMapping | None = None, framework_log: Any = None
+                 ) -> tuple[MeasuredRun, dict[str, Any], pd.DataFrame]:
+    """Tables -> (MeasuredRun, the trace metadata it implies, the trace's `ops` rows). With TorchNeuron's framework
+    mapping (and the studio's `FrameworkLog` of the capture) the op rows are the device executions, each joined to
+    its PyTorch op, module and source line (`executions`)."""
     from neuron_studio.profiler.model.config import ModelConfig
     from neuron_studio.profiler.specs import trainium_chips
 
@@ -391,7 +428,11 @@ def measured_run(t: ExplorerTables, *, chip: str | None = None, mode: str = "eag
     summ = first_row(t.get("Summary"))
     choice = resolve_chip(chip, [(t.label("Metadata"), meta_row), (t.label("Summary"), summ)], trainium_chips())
     peaks = _peaks(meta_row, choice)
-    if t.has("Instruction"):
+    ex = device_executions(t) if mapping is not None and framework_log is not None else None
+    join = None
+    if ex is not None and len(ex):
+        ops, join = _execution_ops(t, ex, mapping, framework_log, tracking)
+    elif t.has("Instruction"):
         ops = ops_from_instructions(t)
     elif t.has("FrameworkNode"):
         ops = ops_from_framework_nodes(t)
@@ -402,12 +443,23 @@ def measured_run(t: ExplorerTables, *, chip: str | None = None, mode: str = "eag
     r = _rows(ops, t0, tracking)
     bound = _bound(r.engine, r.flops, r.rd + r.wr, r.active, peaks, r.is_fb)
     summary, sf, figures, sources = _summary(t, summ, r, choice, mode, peaks)
-    warnings = list(t.notes) + list(choice.warnings) + (sf.scale.warnings if sf.scale is not None else [])
+    warnings = list(t.notes) + list(choice.warnings) + (sf.scale.warnings if sf.scale is not None else []) \
+        + explorer_warnings(t)
+    if join is not None and join["unjoined"]:
+        warnings.append(f"{join['executions'] - join['joined']} of {join['executions']} device executions are not "
+                        "joined to a PyTorch op (" + "; ".join(f"{v}: {k}" for k, v in join["unjoined"].items())
+                        + "); they keep the runtime's name (HLO or NEFF)")
     kernels = _kernels_by_op(ops)
     run = MeasuredRun(ops=_run_ops(r, core, bound), groups=MeasuredGroups(), summary=summary, config=ModelConfig(),
                       kernels=kernels, active_time=_active_time(t, r.t0))
     meta = _trace_meta(t, meta_row, summ, choice, mode, figures, sources, _not_captured(t, figures, sf), warnings,
                        summary, kernels)
+    meta["device_records"] = device_records(t, summ, r.t0)
+    if join is not None:
+        meta["framework_join"] = join
+        meta["figure_sources"]["op_names"] = (
+            "measured device executions (SystemProfileEvents nc_exec_running) joined to PyTorch ops through "
+            "TorchNeuron's framework_mapping (runtime sequence id -> seq_nr, thread) and the studio's op log")
     return run, meta, _trace_ops(ops, r, core)
 
 
@@ -422,9 +474,11 @@ def _no_ops() -> OpRows:
 
 def trace_from_tables(t: ExplorerTables, *, chip: str | None = None, mode: str = "eager", steps: int = 1,
                       name: str | None = None, tracking: Any = None,
-                      extra_meta: Mapping[str, Any] | None = None) -> tuple[Trace, MeasuredRun]:
+                      extra_meta: Mapping[str, Any] | None = None, mapping: FrameworkMapping | None = None,
+                      framework_log: Any = None) -> tuple[Trace, MeasuredRun]:
     """Tables -> (the measured `Trace`, its `MeasuredRun`), with the run's name, steps and op tracking."""
-    run, meta, ops = measured_run(t, chip=chip, mode=mode, tracking=tracking)
+    run, meta, ops = measured_run(t, chip=chip, mode=mode, tracking=tracking, mapping=mapping,
+                                  framework_log=framework_log)
     meta.update({"name": name, "steps": int(max(1, steps)), "warmup": 0, "dropped_events": 0,
                  "wall_ns": 0, "module_classes": {}})
     if tracking is not None:

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.model.run_summary import RunSummary
+from neuron_studio.profiler.neuron_profile.executions import FrameworkMapping
 from neuron_studio.profiler.neuron_profile.mapping import trace_from_tables
 from neuron_studio.profiler.neuron_profile.measured_run import MeasuredGroups, MeasuredRun
 from neuron_studio.profiler.neuron_profile.read import read_tables
@@ -63,13 +64,18 @@ class MeasuredProfile(Profile):
 def load_neuron_profile(path: str | Path, *, chip: str | None = None, mode: str = "eager", steps: int = 1,
                         name: str | None = None, tracking: Any = None,
                         extra_meta: Mapping[str, Any] | None = None,
-                        kernel_lookup: Callable[..., list[dict]] | None = default_kernel_lookup) -> MeasuredProfile:
+                        kernel_lookup: Callable[..., list[dict]] | None = default_kernel_lookup,
+                        mapping: FrameworkMapping | None = None, framework_log: Any = None) -> MeasuredProfile:
     """A measured `Profile` from Neuron Explorer output (Parquet directory, system_profile.json or
     neuron-profile JSON). `chip` overrides Metadata.instance_type; `steps` divides per-step figures;
-    `tracking` (an `OpTracking`) adds the ops TorchNeuron ran on CPU as fallback rows."""
+    `tracking` (an `OpTracking`) adds the ops TorchNeuron ran on CPU as fallback rows.
+
+    `mapping` (TorchNeuron's framework mapping, `executions.read_framework_mapping`) and `framework_log` (the
+    studio's `FrameworkLog.ops` of the capture) together make the op rows the device executions, each named by its
+    PyTorch op, module and source line; without both the rows come from the device profile's own names."""
     tables = read_tables(path)
     trace, run = trace_from_tables(tables, chip=chip, mode=mode, steps=steps, name=name, tracking=tracking,
-                                   extra_meta=extra_meta)
+                                   extra_meta=extra_meta, mapping=mapping, framework_log=framework_log)
     return MeasuredProfile(trace, run, kernel_lookup=kernel_lookup)
 
 

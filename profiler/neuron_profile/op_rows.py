@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,7 +17,7 @@ from neuron_studio.profiler.neuron_profile.values import (
     ENGINES, STUDIO_ENGINE, engine_of, int_col, intervals_len, nki_file, num_col, numbers, span, split_path, str_col,
 )
 
-__all__ = ["OpRows", "ops_from_instructions", "ops_from_framework_nodes"]
+__all__ = ["OpRows", "ops_from_instructions", "ops_from_framework_nodes", "ops_from_executions"]
 
 
 @dataclass
@@ -39,6 +40,7 @@ class OpRows:
     kernels: dict = field(default_factory=dict)   # key -> list of kernel dicts
     source: np.ndarray | None = None       # per op: framework source line (bir_debug_info_source_location)
     wait_ns: np.ndarray | None = None      # per op: summed semaphore wait (evt_wait_time_ns)
+    phase: np.ndarray | None = None        # per op: forward / backward / optimizer when joined to PyTorch
 
 
 def _instruction_times(ins: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -184,3 +186,55 @@ def ops_from_framework_nodes(t: ExplorerTables) -> OpRows:
         bytes_written=num_col(fn, "hbm_write_bytes")[sel], count=np.ones(len(sel), dtype=np.int64),
         hlo=np.full(len(sel), "", dtype=object), keys=[(-1, paths[i]) for i in sel],
     )
+
+
+def ops_from_executions(t: ExplorerTables, ex: Any, labels: Any) -> OpRows:
+    """One row per device execution (`executions.Executions`), named by its PyTorch op (`ExecutionLabels`): device
+    time = union of the instructions that start inside its window (the window itself when the profile has no
+    Instruction rows), engine = the one with the most instruction time, FLOPs and HBM bytes summed."""
+    n = len(ex)
+    active = (ex.end - ex.start).astype(np.float64)
+    engine = np.full(n, "none", dtype=object)
+    flops, rd, wr = np.zeros(n), np.zeros(n), np.zeros(n)
+    count = np.ones(n, dtype=np.int64)
+    hlo = np.full(n, "", dtype=object)
+    wait = np.zeros(n)
+    kernels: dict = {}
+    keys = [(-2, int(i)) for i in range(n)]
+    ins = t.get("Instruction")
+    if ins is not None and len(ins):
+        from neuron_studio.profiler.neuron_profile.executions import instruction_windows
+
+        k = instruction_windows(ins, ex)
+        start, end, dur = _instruction_times(ins)
+        inside = k >= 0
+        df = pd.DataFrame({"k": k[inside], "s": start[inside], "e": end[inside], "dur": dur[inside].astype(float),
+                           "eng": [engine_of(v) for v in str_col(ins, "engine")[inside]],
+                           "fl": np.maximum(num_col(ins, "raw_flops") - num_col(ins, "flops_transpose"), 0.0)[inside],
+                           "rd": num_col(ins, "hbm_read_bytes")[inside], "wr": num_col(ins, "hbm_write_bytes")[inside],
+                           "hlo": [hlo_instruction_name(x) for x in str_col(ins, "hlo_name")[inside]],
+                           "wait": num_col(ins, "evt_wait_time_ns")[inside]})
+        if len(df):
+            g = df.groupby("k", sort=True)
+            idx = g.size().index.to_numpy(np.int64)
+            count[:] = 0
+            count[idx] = g.size().to_numpy(np.int64)
+            for col, arr in (("fl", flops), ("rd", rd), ("wr", wr), ("wait", wait)):
+                arr[idx] = g[col].sum().to_numpy(np.float64)
+            srt = df.sort_values(["k", "s"], kind="stable")
+            prev = srt.groupby("k")["e"].cummax().groupby(srt["k"]).shift(1)
+            part = np.maximum(0, srt["e"].to_numpy(np.int64) - np.maximum(
+                srt["s"].to_numpy(np.int64), prev.fillna(np.iinfo(np.int64).min).to_numpy(np.int64)))
+            active[idx] = pd.Series(part, index=srt.index).groupby(srt["k"]).sum().reindex(idx).to_numpy(np.float64)
+            busiest = df.pivot_table(index="k", columns="eng", values="dur", aggfunc="sum", fill_value=0.0)
+            engine[busiest.index.to_numpy(np.int64)] = [STUDIO_ENGINE.get(e, "none") for e in busiest.idxmax(axis=1)]
+            hlo[idx] = g["hlo"].agg(lambda s: next((x for x in s if x), "")).to_numpy(object)
+            gk = np.where(inside, k, n)
+            kernels = kernels_per_op(t, gk, dur.astype(float), keys + [(-3, -1)])
+            kernels.pop((-3, -1), None)
+    return OpRows(
+        name=np.asarray(labels.name, dtype=object), module=np.asarray(labels.module, dtype=object),
+        start=ex.start.copy(), active=active, span_end=ex.end.copy(), engine=engine, flops=flops, bytes_read=rd,
+        bytes_written=wr, count=count, hlo=hlo, keys=keys, kernels=kernels,
+        source=np.asarray([s or "" for s in labels.source], dtype=object), wait_ns=wait,
+        phase=np.asarray(labels.phase, dtype=object))

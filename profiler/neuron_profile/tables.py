@@ -16,7 +16,10 @@ __all__ = ["ExplorerTables", "REQUIRED_TABLES", "OP_TABLES", "OPTIONAL_TABLES", 
 REQUIRED_TABLES = ("Summary",)
 OP_TABLES = ("Instruction", "FrameworkNode")          # at least one
 OPTIONAL_TABLES = ("Metadata", "FrameworkInstruction", "ActiveTime", "KernelInstructions", "KernelStackFrames",
-                   "ExecutionInfo", "OpcodeSummary", "DmaActivity")       # DmaActivity: the JSON `dma` rows
+                   "ExecutionInfo", "OpcodeSummary", "DmaActivity",       # DmaActivity: the JSON `dma` rows
+                   # schema 7.4.0 tables that answer a studio question (device_records, executions)
+                   "SystemProfileEvents", "SystemProfileHbmUsage", "CcOp", "Flow", "Warning", "Throttle",
+                   "ThrottleSummary")
 _KNOWN = REQUIRED_TABLES + OP_TABLES + OPTIONAL_TABLES
 
 

@@ -10,7 +10,7 @@ from torch_neuronx._fake import CALLS
 
 __version__ = "2.13.3.0+fake"
 __all__ = ["get_fallback_ops", "get_executed_ops", "clear_op_tracking", "get_dynamo_metrics",
-           "reset_dynamo_metrics", "profiling"]
+           "reset_dynamo_metrics", "synchronize", "profiling", "metrics"]
 
 
 def _device_module() -> types.ModuleType:
@@ -23,6 +23,8 @@ def _device_module() -> types.ModuleType:
     m.memory_allocated = lambda device=None: _fake.MEMORY["allocated"]
     m.max_memory_allocated = lambda device=None: _fake.MEMORY["peak"]
     m.reset_peak_memory_stats = lambda device=None: _fake.MEMORY.update(peak=_fake.MEMORY["allocated"])
+    m.memory_stats = lambda device=None: {"allocated_bytes": _fake.MEMORY["allocated"],
+                                          "peak_bytes": _fake.MEMORY["peak"], "reserved_bytes": 0}
     return m
 
 
@@ -56,6 +58,11 @@ def reset_dynamo_metrics() -> None:
     _fake.DYNAMO.clear()
 
 
-run_op = _fake.run_op
+def synchronize(device=None) -> None:
+    CALLS.append(("synchronize", None))
 
-from torch_neuronx import profiling  # noqa: E402
+
+run_op = _fake.run_op
+_fake.install()
+
+from torch_neuronx import metrics, profiling  # noqa: E402

@@ -1,0 +1,148 @@
+"""The module path of each op: global `nn.Module` forward hooks (and optimizer step hooks) keep a stack of the
+modules running on the capturing thread, stamped with the device's op sequence number and the autograd sequence
+number at every transition. Used by the emulated capture and by the real-hardware op log."""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import torch
+
+from neuron_studio.profiler.vocabulary import GATED_MLP_NAMES
+
+__all__ = ["ModuleTracker"]
+
+
+def _autograd_seq() -> int:
+    """Next autograd sequence number of this thread (backward nodes carry the number of their forward op)."""
+    return int(torch._C._autograd._get_sequence_nr())
+
+
+def _class_label(module: torch.nn.Module) -> str:
+    """Class name, tagged ":GatedMLP" for a module with gate/up/down Linear children (SiLU-gated MLP shape)."""
+    name = type(module).__name__
+    children = {n for n, c in module.named_children() if isinstance(c, torch.nn.Linear)}
+    if any(set(t) <= children for t in GATED_MLP_NAMES):
+        return f"{name}:GatedMLP"
+    return name
+
+
+class ModuleTracker:
+    """Module path per op: transitions of the module stack stamped with the device's op sequence number."""
+
+    def __init__(self, bus: Any, memory: Any = None) -> None:
+        self.bus = bus
+        self.memory = memory  # a MemoryRecorder (learns which storages are parameters, inputs, ...) or None
+        self.stack: list[str] = []
+        self.trans_seq: list[int] = []
+        self.trans_path: list[str] = []
+        self.trans_phase: list[str] = []
+        self.trans_autograd: list[int] = []  # autograd sequence number at each transition (forward thread)
+        self.names: dict[int, str] = {}
+        self.classes: dict[str, str] = {}  # module path -> class name (for kernel lookups)
+        self.handles: list[Any] = []
+        self.thread = threading.get_ident()
+
+    def _name(self, module: torch.nn.Module) -> str:
+        key = id(module)
+        name = self.names.get(key)
+        if name is not None:
+            return name
+        parent = self.stack[-1] if self.stack else None
+        if parent is not None:
+            pmod = self._modules_by_path.get(parent)
+            if pmod is not None:
+                # descendants, not only children: blocks in a ModuleList/ModuleDict are called by the
+                # parent's forward while the container itself never runs
+                for child_name, child in pmod.named_modules():
+                    if child is module and child_name:
+                        name = f"{parent}.{child_name}"
+                        break
+        if name is None:
+            inner = getattr(module, "_orig_mod", None)  # torch.compile's OptimizedModule: name the model
+            name = type(inner if isinstance(inner, torch.nn.Module) else module).__name__
+        self.names[key] = name
+        self._modules_by_path[name] = module
+        self.classes[name] = _class_label(module)
+        return name
+
+    def _mark(self, phase: str) -> None:
+        if self.memory is not None:
+            self.memory.settle()  # frees before this module boundary are recorded before it
+        self.trans_autograd.append(_autograd_seq())
+        self.trans_seq.append(self.bus.last_seq)
+        self.trans_path.append(self.stack[-1] if self.stack else "")
+        self.trans_phase.append(phase)
+
+    def pre(self, module: torch.nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
+            return
+        if threading.get_ident() != self.thread:
+            return
+        path = self._name(module)
+        if self.memory is not None:
+            self.memory.module_pre(module, path, args, outermost=not self.stack)
+        self.stack.append(path)
+        self._mark("forward")
+
+    def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
+            return
+        if threading.get_ident() != self.thread or not self.stack:
+            return
+        path = self.stack.pop()
+        if self.memory is not None:
+            self.memory.module_post(module, path, output)
+        self._mark("forward")
+
+    def opt_pre(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():  # Dynamo traces optimizer.step's hooks: keep the studio out of the graph
+            return
+        if self.memory is not None:
+            self.memory.optimizer_pre(optimizer)
+        self.stack.append(f"optimizer.{type(optimizer).__name__}")
+        self._mark("optimizer")
+
+    def opt_post(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        if self.memory is not None:
+            self.memory.optimizer_post(optimizer)
+        if self.stack:
+            self.stack.pop()
+        self._mark("forward")
+
+    def start(self) -> None:
+        self._modules_by_path: dict[str, torch.nn.Module] = {}
+        from torch.nn.modules import module as m
+        from torch.optim import optimizer as o
+
+        self.handles = [
+            m.register_module_forward_pre_hook(self.pre),
+            m.register_module_forward_hook(self.post, always_call=True),
+            o.register_optimizer_step_pre_hook(self.opt_pre),
+            o.register_optimizer_step_post_hook(self.opt_post),
+        ]
+
+    def stop(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
+        self._modules_by_path = {}
+
+    def module_of_forward(self, autograd_seq: int) -> str:
+        """The module that was running when the forward op with this autograd sequence number ran."""
+        if not self.trans_autograd:
+            return ""
+        i = int(np.searchsorted(np.asarray(self.trans_autograd, dtype=np.int64), autograd_seq, side="right")) - 1
+        return self.trans_path[i] if i >= 0 else ""
+
+    def assign(self, seqs: np.ndarray) -> tuple[list[str], list[str]]:
+        """Module path and phase for each op sequence number."""
+        if not self.trans_seq:
+            return [""] * len(seqs), ["forward"] * len(seqs)
+        idx = np.searchsorted(np.asarray(self.trans_seq, dtype=np.int64), seqs, side="left") - 1
+        paths = [self.trans_path[i] if i >= 0 else "" for i in idx]
+        phases = [self.trans_phase[i] if i >= 0 else "forward" for i in idx]
+        return paths, phases
