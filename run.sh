@@ -6,7 +6,8 @@
 # once and redone only when the project's dependencies change: a stamp in the venv holds a hash of the files
 # that decide what gets installed (see deps_hash). NEURON_STUDIO_TORCH_INDEX: an extra package index to take
 # torch from (e.g. PyTorch's CPU wheel index; see README). The tutorials are served from working copies in
-# workspace/ (override with NEURON_STUDIO_WORKSPACE), so running them never changes the tracked notebooks.
+# workspace/ (override with NEURON_STUDIO_WORKSPACE), so running them never changes the tracked notebooks;
+# `neuron-studio lab` (neuron_studio/cli.py) makes those copies and starts JupyterLab.
 set -euo pipefail
 
 TORCH_VERSION="2.13.0"
@@ -68,27 +69,6 @@ install() {
   mv "$VENV/$STAMP_FILE.tmp" "$VENV/$STAMP_FILE"
 }
 
-lab_args() {
-  # JupyterLab refuses to start as root without --allow-root (the usual case in containers).
-  if [ "$(id -u)" = "0" ]; then
-    echo "--allow-root"
-  fi
-}
-
-prepare_workspace() {
-  # Working copies of the tutorials: copied once, never overwritten (your edits and outputs stay yours);
-  # tutorials added to notebooks/ later are copied on the next start.
-  mkdir -p "$WORKSPACE"
-  local f
-  while IFS= read -r -d '' f; do
-    f="${f#./}"
-    if [ ! -e "$WORKSPACE/$f" ]; then
-      mkdir -p "$(dirname "$WORKSPACE/$f")"
-      cp -p "notebooks/$f" "$WORKSPACE/$f"
-    fi
-  done < <(cd notebooks && find . -type f ! -path '*/.ipynb_checkpoints/*' ! -path '*/.neuron_studio/*' -print0)
-}
-
 install_browser() {
   # Browser tests drive Debian's chromium through Playwright (never `playwright install`).
   if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null 2>&1; then
@@ -108,11 +88,11 @@ main() {
   case "${1:-}" in
     lab)
       install
-      prepare_workspace
-      local extra
-      extra="$(lab_args)"
-      # shellcheck disable=SC2086 # lab_args prints whole words
-      exec jupyter lab "$WORKSPACE" --ip 127.0.0.1 $extra "${@:2}"
+      # `neuron-studio lab` copies the tutorials into the workspace (never overwriting a copy), adds
+      # --allow-root only as root, binds 127.0.0.1 and passes every other argument to JupyterLab.
+      case "$WORKSPACE" in /*) ;; *) WORKSPACE="$PWD/$WORKSPACE" ;; esac
+      export NEURON_STUDIO_WORKSPACE="$WORKSPACE"
+      exec "$VENV/bin/neuron-studio" lab "${@:2}"
       ;;
     test)
       install

@@ -2,10 +2,10 @@
 
     neuron-studio run [--mode M] [--chip C] [--steps N] [--warmup N] [--store DIR] [--name NAME] -- python train.py
     neuron-studio run --steps 5 -- torchrun --nproc-per-node 2 train.py
-    neuron-studio report RUN|TRACE|DIR -o report.html [--scheduler tcp://host:8786]
+    neuron-studio report [RUN|TRACE|DIR] -o report.html [--scheduler tcp://host:8786]   (no target: latest run)
     neuron-studio import TRACE...|DIR|'GLOB' [--scheduler tcp://host:8786]
     neuron-studio runs [--store DIR]
-    neuron-studio lab [jupyter args]
+    neuron-studio lab [jupyter lab options, e.g. --port 8899 --no-browser]
 
 `run` never edits the script: the child processes find the studio's `sitecustomize` first on PYTHONPATH and
 start a capture when NEURON_STUDIO_ACTIVATE is set (neuron_studio._activate documents steps, saving and
@@ -62,10 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- the command to run")
 
-    rep = sub.add_parser("report", help="write the HTML report of a run (id or name) or of trace files")
-    rep.add_argument("target", nargs="+", help="run id or name in the store, or trace path(s): several files, "
-                     "a directory or a quoted glob of per-rank traces are one job's ranks (ordered by the rank "
-                     "each names, aligned on one clock)")
+    rep = sub.add_parser("report", help="write the HTML report of a run (id or name; default the latest run) "
+                         "or of trace files")
+    rep.add_argument("target", nargs="*", help="run id or name in the store (default: the latest run), or trace "
+                     "path(s): several files, a directory or a quoted glob of per-rank traces are one job's ranks "
+                     "(ordered by the rank each names, aligned on one clock)")
     rep.add_argument("-o", "--output", default=None, help="output file (default report-<run>.html)")
     rep.add_argument("--store", default=None)
     _job_arguments(rep)
@@ -83,8 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--store", default=None)
     ls.add_argument("--limit", type=int, default=50)
 
-    lab = sub.add_parser("lab", help="start JupyterLab on the tutorials (extra args go to jupyter lab)")
-    lab.add_argument("args", nargs=argparse.REMAINDER)
+    lab = sub.add_parser("lab", help="start JupyterLab on working copies of the tutorials; every other option "
+                         "goes to jupyter lab (e.g. neuron-studio lab --port 8899 --no-browser)")
+    lab.add_argument("args", nargs=argparse.REMAINDER, help="jupyter lab options")
     return p
 
 
@@ -96,7 +98,12 @@ def _job_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lab"] and not {"-h", "--help"} & set(argv[1:2]):
+        # Everything after `lab` is JupyterLab's: argparse's REMAINDER would refuse a leading `--port`.
+        args = argparse.Namespace(command="lab", args=argv[1:])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         if args.command == "run":
             return cmd_run(args)
@@ -195,6 +202,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             target_for(args.chip)
         except Exception as e:  # noqa: BLE001 - the target names the valid chips
             raise CliError(str(e)) from None
+    name = args.name or script_name(cmd)
     cmd = _this_python(cmd)
     launcher, ranks = job_ranks(cmd)
     store = RunStore(args.store)
@@ -202,12 +210,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     chip = (args.chip or reg.target.chip).lower()
     source = shlex.join(cmd)
     run_id = store.begin_run(
-        cell_source=source, name=args.name, notebook=None, mode=args.mode, chip=chip, backend=reg.backend,
+        cell_source=source, name=name, notebook=None, mode=args.mode, chip=chip, backend=reg.backend,
         ranks=ranks, options={"cli": True, "command": cmd, "steps": args.steps, "warmup": args.warmup,
                               "mode": args.mode, "chip": chip, "cwd": os.getcwd()},
     )
     opts = ActivateOptions(run_id=run_id, store=str(store.root), mode=args.mode, chip=chip, steps=args.steps,
-                           warmup=args.warmup, name=args.name, ranks=ranks, launcher=launcher,
+                           warmup=args.warmup, name=name, ranks=ranks, launcher=launcher,
                            run_start_wall_ns=time.time_ns(), progress=not args.quiet,
                            host_events=not args.no_host_events)
     print(f"neuron-studio: run {run_id} ({ranks} rank{'s' if ranks > 1 else ''}, {args.mode}, {chip}, "
@@ -215,7 +223,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     rc, interrupted = _run_child(cmd, _child_env(opts))
     wall = time.perf_counter() - t0
-    summary, prof_ok = _finish(store, run_id, rc, interrupted, wall, args.name)
+    summary, prof_ok = _finish(store, run_id, rc, interrupted, wall, name)
     if summary is not None:
         from neuron_studio.ui.text import render_text
 
@@ -228,6 +236,30 @@ def cmd_run(args: argparse.Namespace) -> int:
     if interrupted:
         return EXIT_INTERRUPTED
     return rc
+
+
+def script_name(cmd: Sequence[str]) -> str | None:
+    """What a CLI run is called when `--name` is not given: its script (`train.py`) or module (`-m pkg.train`),
+    looked up past the interpreter and a launcher's own options (`torchrun --nproc-per-node 2 train.py`)."""
+    rest = list(cmd[1:])
+    i = 0
+    while i < len(rest):
+        a = rest[i]
+        if a == "-m" and i + 1 < len(rest):
+            if rest[i + 1] in _LAUNCH_MODULES:   # python -m torch.distributed.run ... train.py
+                i += 2
+                continue
+            return rest[i + 1]
+        if a.startswith("-"):
+            # an option of the interpreter or launcher; `--opt value` takes the next word unless it is a script
+            if "=" not in a and i + 1 < len(rest) and not rest[i + 1].startswith("-") \
+                    and not rest[i + 1].endswith(".py") and a not in ("-u", "-O", "-B", "-E", "-s", "-S", "-I"):
+                i += 2
+            else:
+                i += 1
+            continue
+        return os.path.basename(a)
+    return os.path.basename(cmd[0]) if cmd else None
 
 
 def _this_python(cmd: list[str]) -> list[str]:
@@ -388,9 +420,9 @@ def _write_report(out: Path, store: Any, run_id: int, summary: dict) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     targets = list(args.target)
-    target = targets[0]
-    path = Path(target)
-    if len(targets) > 1 or path.exists() or _is_glob(target):
+    target = targets[0] if targets else None
+    path = Path(target) if target is not None else None
+    if path is not None and (len(targets) > 1 or path.exists() or _is_glob(target)):
         missing = [t for t in targets if not Path(t).exists() and not _is_glob(t)]
         if missing:
             raise CliError(f"report: no such trace file(s): {', '.join(missing)} (several targets must be files)")
@@ -402,7 +434,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         from neuron_studio.store import RunStore
 
         store = RunStore(args.store, read_only=True)
-        rec = store.get_run(int(target) if target.isdigit() else target)
+        if target is None:
+            latest = store.list_runs(limit=1)
+            if not latest:
+                raise LookupError(f"no runs in {store.root}: give a run id or trace file, or record one with "
+                                  "`neuron-studio run -- python train.py`")
+            rec = latest[0]
+            print(f"neuron-studio: reporting the latest run, {rec.id}"
+                  f"{f' ({rec.name})' if rec.name else ''}", file=sys.stderr)
+        else:
+            rec = store.get_run(int(target) if target.isdigit() else target)
         summary = rec.summary
         profiles = load_rank_profiles(store, rec)
         if summary is None or (len(profiles) > 1 and not summary.get("ranks_analysis")):
@@ -494,23 +535,34 @@ def copy_missing_tutorials(source: Path, workspace: Path) -> list[Path]:
     return copied
 
 
-def lab_argv(directory: Path, extra: list[str], *, uid: int | None = None) -> list[str]:
-    """`jupyter lab` on `directory`, bound to 127.0.0.1; `--allow-root` only when running as root."""
+def lab_argv(directory: Path, extra: list[str], *, uid: int | None = None,
+             python: str | None = None) -> list[str]:
+    """JupyterLab of this environment (`python -m jupyterlab`, so an unactivated venv works) serving
+    `directory`, bound to 127.0.0.1; `--allow-root` only when running as root.
+
+    The directory goes in as `--ServerApp.root_dir`, never as a positional argument: `jupyter lab workspace`
+    is JupyterLab's own `workspace` subcommand.
+    """
     uid = os.geteuid() if uid is None and hasattr(os, "geteuid") else uid
     root = ["--allow-root"] if uid == 0 and "--allow-root" not in extra else []
-    return ["jupyter", "lab", str(directory), "--ip", "127.0.0.1", *root, *extra]
+    return [python or sys.executable, "-m", "jupyterlab", f"--ServerApp.root_dir={directory}", "--ip", "127.0.0.1",
+            *root, *extra]
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
     extra = list(args.args)
     if extra and extra[0] == "--":
         extra = extra[1:]
+    import importlib.util
+
+    if importlib.util.find_spec("jupyterlab") is None:
+        raise CliError(f"lab: JupyterLab is not installed in this environment ({sys.prefix}); install the lab "
+                       "extra: pip install 'neuron-studio[lab]' (or use `bash run.sh lab` in the repository)")
     argv = lab_argv(_notebooks_dir(), extra)
-    try:
-        os.execvp(argv[0], argv)
-    except FileNotFoundError:
-        raise CliError("lab: `jupyter` not found; install the lab extra: pip install 'neuron-studio[lab]'") from None
-    return 0  # pragma: no cover - execvp does not return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)
+    return 0  # pragma: no cover - execv does not return
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -189,3 +189,42 @@ def test_sitecustomize_chains_the_existing_one(tmp_path: Path) -> None:
 def test_run_needs_a_command(capsys: pytest.CaptureFixture) -> None:
     assert main(["run", "--"]) == 2
     assert "give the command" in capsys.readouterr().err
+
+
+def test_a_run_without_a_name_is_named_after_its_script_and_reported_by_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`neuron-studio run -- python train.py` is listed as `train.py`; `neuron-studio report` with no target
+    writes the latest run's report (it failed with "the following arguments are required: target")."""
+    (tmp_path / "train.py").write_text(PLAIN)
+    store = tmp_path / "store"
+    r = subprocess.run(_cli("run", "--steps", "1", "--store", str(store), "--quiet", "--", "python", "-u",
+                            "train.py"), cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT_S)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = RunStore(store).list_runs()[0]
+    assert rec.name == "train.py"
+    out = tmp_path / "latest.html"
+    assert main(["report", "--store", str(store), "-o", str(out)]) == 0
+    assert f"reporting the latest run, {rec.id} (train.py)" in capsys.readouterr().err
+    assert f"run {rec.id}" in out.read_text(encoding="utf-8")
+
+
+def test_report_with_no_target_and_no_runs_says_what_to_do(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    RunStore(tmp_path / "s")
+    assert main(["report", "--store", str(tmp_path / "s")]) == 1
+    err = capsys.readouterr().err
+    assert "no runs in" in err and "neuron-studio run" in err
+
+
+@pytest.mark.parametrize("cmd, name", [
+    (["python", "train.py", "--lr", "3"], "train.py"),
+    (["python", "-u", "-W", "ignore", "scripts/train.py"], "train.py"),
+    (["python", "-m", "my_pkg.train", "--x"], "my_pkg.train"),
+    (["torchrun", "--nproc-per-node", "2", "--nnodes=1", "train_ddp.py", "--epochs", "1"], "train_ddp.py"),
+    (["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "fsdp.py"], "fsdp.py"),
+    (["./run_job"], "run_job"),
+])
+def test_script_name(cmd: list[str], name: str) -> None:
+    from neuron_studio.cli import script_name
+
+    assert script_name(cmd) == name

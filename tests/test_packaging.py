@@ -68,3 +68,28 @@ def test_test_extra_includes_the_lab_extra() -> None:
     lab = {_requirement_name(r) for r in extras["lab"]}
     test = {_requirement_name(r) for r in extras["test"]}
     assert lab <= test, f"in `lab` but not in `test`: {sorted(lab - test)}"
+
+
+def test_wheel_builds_quietly_and_ships_every_data_file(tmp_path: Path) -> None:
+    """`pip install` printed screens of setuptools warnings (the licence as a TOML table, data directories
+    missing from `packages`); a regular (non-editable) wheel carries every template, sample kernel and data
+    file the package reads at run time."""
+    import subprocess
+    import zipfile
+
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                        "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    noise = [line for line in (r.stdout + r.stderr).splitlines()
+             if re.search(r"Warning|deprecated|absent from the `packages`", line)]
+    assert not noise, "the build warns:\n" + "\n".join(noise)
+    wheel = next(tmp_path.glob("neuron_studio-*.whl"))
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    roots = {"neuron_studio": "neuron_studio", "profiler": "neuron_studio/profiler", "kernels": "neuron_studio/kernels"}
+    tracked = subprocess.run(["git", "ls-files", *roots], cwd=ROOT, capture_output=True, text=True)
+    files = (tracked.stdout.splitlines() if tracked.returncode == 0 else   # a checkout: its tracked files
+             [p.relative_to(ROOT).as_posix() for src in roots for p in (ROOT / src).rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts])
+    wanted = [f"{roots[f.split('/', 1)[0]]}/{f.split('/', 1)[1]}" for f in files]
+    missing = sorted(w for w in wanted if w not in shipped)
+    assert not missing, f"not in the wheel: {missing}"
