@@ -1,7 +1,10 @@
 """Every AWS nki-samples kernel the interpreter runs: interpreter wall time and modeled kernel time, plus the
 interpreter's speed on a 2048^3 bf16 matmul written in the tutorials' style.
 
-    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_nki_samples.py [--samples DIR] [--chip trn2] [--only SUBSTR]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_nki_samples.py [--shared DIR] [--chip trn2] [--only SUBSTR]
+
+DIR holds AWS's nki-samples as `nki-samples/` (default: $NEURON_STUDIO_SHARED, else a `shared/` directory next
+to the checkout, as for the tests).
 
 Times are CPU seconds of this process (wall seconds in parentheses: on a shared, loaded machine wall time
 mostly measures the other processes). One BLAS thread: on 2 shared cores, multi-threaded BLAS spins.
@@ -30,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _test_module():
+    sys.path.insert(0, str(REPO / "tests"))        # the module imports tests/shared_data.py
     spec = importlib.util.spec_from_file_location("conformance", REPO / "tests" / "test_nki_samples.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -69,14 +73,20 @@ def _matmul_2048(samples: Path, chip: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--samples", default=os.environ.get("NKI_SAMPLES_DIR"))
+    parser.add_argument("--shared", default=None, help="directory holding nki-samples/ (default "
+                        "$NEURON_STUDIO_SHARED or shared/ next to the checkout)")
     parser.add_argument("--chip", default="trn2", choices=("trn1", "trn2", "trn3"))
     parser.add_argument("--only", default="")
     opts = parser.parse_args(argv)
+    if opts.shared:
+        os.environ["NEURON_STUDIO_SHARED"] = opts.shared
+    sys.path.insert(0, str(REPO / "tests"))
+    import shared_data
+
+    if shared_data.shared_path("nki-samples") is None:
+        raise SystemExit("nki-samples not found: " + shared_data.missing_reason("nki-samples") + " (or pass --shared)")
     conf = _test_module()
-    samples = Path(opts.samples) if opts.samples else conf.SAMPLES
-    if samples is None:
-        raise SystemExit("nki-samples not found: pass --samples DIR or set NKI_SAMPLES_DIR")
+    samples = conf.SAMPLES
     nki_imports.install()
     os.environ["NEURON_PLATFORM_TARGET_OVERRIDE"] = opts.chip
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")

@@ -17,25 +17,13 @@ from typing import Any
 
 import pytest
 
+import shared_data
 from neuron_studio.profiler.neuron_profile import load_neuron_profile as load_profile
 from neuron_studio.profiler.trace import TraceFormatError
 
 
-def _samples_dir() -> Path | None:
-    env = os.environ.get("NEURON_STUDIO_SAMPLES")
-    if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        cand = parent / "shared" / "neuron-profiles"
-        if cand.is_dir():
-            return cand
-    return None
-
-
-SAMPLES = _samples_dir()
-pytestmark = pytest.mark.skipif(SAMPLES is None, reason="the Neuron profile samples (shared/neuron-profiles, or "
-                                                         "$NEURON_STUDIO_SAMPLES) are not present on this machine")
-SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir()) if SAMPLES is not None else []
+SAMPLES = shared_data.require("neuron-profiles", module_level=True)    # tests/shared_data.py
+SAMPLE_DIRS = sorted(p for p in SAMPLES.iterdir() if p.is_dir())
 ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 _ENGINE_OF = {"tensormatrix": "tensor", "tensor": "tensor", "vector": "vector", "scalar": "scalar",
               "gpsimd": "gpsimd", "sync": "dma"}

@@ -1,9 +1,9 @@
 """Conformance: every kernel in AWS's nki-samples runs unmodified on the interpreter and matches its reference,
 or is rejected with the clear error listed in `nki_samples_conformance.json`.
 
-The samples are read from the shared copy (`NKI_SAMPLES_DIR`, else a `shared/nki-samples` directory next to
-the repository or its parent); they are never copied into the repository. Without them the test skips, saying
-where it looked. Kernel files are imported as their tutorials do (`import neuronxcc.nki as nki` / `import nki`)
+The samples are read from the shared copy (`nki-samples/` under `$NEURON_STUDIO_SHARED`, else a
+`shared/nki-samples` directory next to the checkout; tests/shared_data.py); they are never copied into the
+repository. Without them the module skips, saying what is missing (in CI, where they must be, it fails). Kernel files are imported as their tutorials do (`import neuronxcc.nki as nki` / `import nki`)
 through the interpreter's import finder. Inputs are random (seeded) at the tutorials' shapes; references are
 the tutorials' numpy / PyTorch references (re-stated here where the sample keeps them in a script that needs
 torch_xla or jax). Tolerances are the tutorials' own.
@@ -23,6 +23,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import shared_data
 from neuron_studio.kernels import kernel_time
 from neuron_studio.kernels.interpreter import nki_imports
 
@@ -30,16 +31,7 @@ DATA = json.loads((Path(__file__).with_name("nki_samples_conformance.json")).rea
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _samples_dir() -> Path | None:
-    env = os.environ.get("NKI_SAMPLES_DIR")
-    candidates = [Path(env)] if env else [p / "shared" / "nki-samples" for p in (REPO.parent, REPO.parent.parent)]
-    return next((c for c in candidates if (c / "README.md").is_file()), None)
-
-
-SAMPLES = _samples_dir()
-pytestmark = pytest.mark.skipif(
-    SAMPLES is None, reason="nki-samples not found: set NKI_SAMPLES_DIR or place AWS's nki-samples in "
-                            "../shared/nki-samples next to the repository (CI checkouts have only the repo)")
+SAMPLES = shared_data.require("nki-samples", module_level=True)
 
 
 @pytest.fixture(scope="module")

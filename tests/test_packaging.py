@@ -15,7 +15,8 @@ tomllib = pytest.importorskip("tomllib")
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ["tests", "extension/tests", "neuron_studio", "profiler", "kernels"]
 # Import names that are this repository's own code, or stand-ins the tests put on sys.path.
-OWN = {"neuron_studio", "neuron_studio_lab", "tests", "conftest", "kernels", "make_explorer_fixtures",
+OWN = {"neuron_studio", "neuron_studio_lab", "tests", "conftest", "kernels", "make_explorer_fixtures", "shared_data",
+       "kineto_fixtures",
        "make_profile", "trace_truth"}
 # Only on Trainium hosts (the Neuron SDK); the code imports them behind ImportError and the tests fake them.
 # `neuronxcc` is the previous NKI layout, imported by kernel files in NKI's public style (kernels/samples/);

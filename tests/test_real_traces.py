@@ -1,4 +1,7 @@
-"""Six torch.profiler traces recorded elsewhere (../shared/traces), read truthfully.
+"""torch.profiler traces read truthfully: six recorded elsewhere (shared/traces, not in the repository: those
+tests skip without it, and fail in CI, see tests/shared_data.py) and the suite's own traces in the same formats
+(tests/kineto_fixtures.py), which always run. Each behaviour test runs on a generated trace with the trait and
+on the real trace that has it.
 
 Every expected figure is computed from the raw JSON by tests/trace_truth.py (stdlib json, exact Decimals,
 plain loops): op counts per name, steps and ops per step, rank identity, GPU activity totals, GPU time per
@@ -13,6 +16,7 @@ from collections import Counter
 import pytest
 
 import trace_truth as truth
+from kineto_fixtures import SYN_2021, SYN_NO_SHAPES, SYN_NS, SYN_RANK0, SYN_RANK1, SYNTHETIC
 from neuron_studio.profiler.analysis import gpu
 from neuron_studio.profiler.importers import read_trace
 from neuron_studio.profiler.profile import Profile
@@ -23,7 +27,8 @@ NS_RESOLUTION = "ns_resolution_trace_rank-0.Apr_03_18_51_38.1102.pt.trace.json.g
 RANK0 = "trace_filter_sampled_rank-0.json.gz"
 RANK1 = "trace_filter_sampled_rank-1.json.gz"
 AMD = "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-ALL = [RESNET_2021, NCCL_NO_SHAPES, NS_RESOLUTION, RANK0, RANK1, AMD]
+SHARED = [RESNET_2021, NCCL_NO_SHAPES, NS_RESOLUTION, RANK0, RANK1, AMD]
+ALL = [*SYNTHETIC, *SHARED]
 
 @functools.cache
 def raw(name: str) -> dict:
@@ -32,7 +37,7 @@ def raw(name: str) -> dict:
 
 @functools.cache
 def imported(name: str):
-    return read_trace(truth.traces_dir() / name)
+    return read_trace(truth.path_of(name))
 
 
 @functools.cache
@@ -81,33 +86,38 @@ def test_op_times_are_exact_integer_nanoseconds(name):
     assert got == want
 
 
-def test_2021_format_is_read():
-    """Operator/Kernel/Runtime categories: ops, 6 steps, GPU kernels (old code: 0 ops, steps == 1)."""
-    t = imported(RESNET_2021)
-    assert len(t.ops) == sum(truth.op_counts(raw(RESNET_2021)).values()) > 8000
-    assert t.meta["steps"] == 6
-    prof = profile(RESNET_2021)
+@pytest.mark.parametrize("name, n_ops, n_steps", [(SYN_2021, 30, 3), (RESNET_2021, 8000, 6)])
+def test_2021_format_is_read(name, n_ops, n_steps):
+    """Operator/Kernel/Runtime categories: ops, every step, GPU kernels (old code: 0 ops, steps == 1)."""
+    t = imported(name)
+    assert len(t.ops) == sum(truth.op_counts(raw(name)).values()) > n_ops
+    assert t.meta["steps"] == n_steps
+    prof = profile(name)
     assert prof.step_time_ns > 0
     s = prof.to_summary()
     assert s["op_table"] and s["hot_ops"]
 
 
-def test_wrapper_nodes_are_not_ops():
+@pytest.mark.parametrize("names, accumulating", [((SYN_RANK0, SYN_NO_SHAPES), SYN_RANK0),
+                                                 ((AMD, NCCL_NO_SHAPES, RANK0), AMD)])
+def test_wrapper_nodes_are_not_ops(names, accumulating):
     """torch::autograd::AccumulateGrad & co. contain aten ops; the aten ops are the ops."""
-    for name in (AMD, NCCL_NO_SHAPES, RANK0):
+    for name in names:
         names = set(imported(name).ops["name"])
         assert not any(n.startswith(("torch::", "autograd::")) for n in names), name
-    assert truth.op_counts(raw(AMD))["aten::add_"] == Counter(imported(AMD).ops["name"])["aten::add_"] > 0
+    assert truth.op_counts(raw(accumulating))["aten::add_"] == Counter(imported(accumulating).ops["name"])[
+        "aten::add_"] > 0
 
 
-def test_backward_thread_ops_get_their_step():
+@pytest.mark.parametrize("name, min_other", [(SYN_RANK0, 15), (RANK0, 100)])
+def test_backward_thread_ops_get_their_step(name, min_other):
     """Ops on the autograd thread belong to the ProfilerStep whose window holds them (old code: step 0)."""
-    t = imported(RANK0)
+    t = imported(name)
     main_tid = t.ops.loc[t.ops["name"] == t.ops["name"].iloc[0], "thread"].iloc[0]
     threads = set(t.ops["thread"])
     assert len(threads) >= 2
     other = t.ops[t.ops["thread"] != main_tid]
-    assert len(other) > 100 and (other["step"] > 0).all()
+    assert len(other) > min_other and (other["step"] > 0).all()
 
 
 # -- GPU activity ---------------------------------------------------------------------------------------------
@@ -142,35 +152,40 @@ def test_temporal_breakdown_matches_the_raw_json(name):
     assert tb.compute_ns + tb.communication_ns + tb.memory_ns + tb.idle_ns == tb.span_ns
 
 
-def test_kernel_args_thread_names_devices_and_memory_are_kept():
-    t = imported(RANK0)
+@pytest.mark.parametrize("name, process, no_shapes, old_format", [
+    (SYN_RANK0, "pyper:trainer:0:0", SYN_NO_SHAPES, SYN_2021),
+    (RANK0, "pyper:trainer:0:0", NCCL_NO_SHAPES, RESNET_2021)])
+def test_kernel_args_thread_names_devices_and_memory_are_kept(name, process, no_shapes, old_format):
+    t = imported(name)
     k = t.host[t.host["category"] == "kernel"]
-    ev = next(e for e in raw(RANK0)["traceEvents"] if e.get("cat") == "kernel")
+    ev = next(e for e in raw(name)["traceEvents"] if e.get("cat") == "kernel")
     row = k[(k["start_ns"] + _origin_ns(t)) == truth.ns(ev["ts"])].iloc[0]
     assert row["correlation"] == ev["args"]["correlation"] and row["stream"] == ev["args"]["stream"]
     assert row["external_id"] == ev["args"]["External id"] and row["device"] == ev["args"]["device"]
     assert row["grid"] == ",".join(map(str, ev["args"]["grid"])) and row["pid"] == ev["pid"]
     imp = t.meta["imported"]
-    assert imp["process_names"]["4037"] == "pyper:trainer:0:0"
-    t2 = imported(NCCL_NO_SHAPES)
-    assert t2.meta["imported"]["devices"][0]["name"] == raw(NCCL_NO_SHAPES)["deviceProperties"][0]["name"]
-    assert t2.meta["imported"]["flows"]["ac2g"] == sum(1 for e in raw(NCCL_NO_SHAPES)["traceEvents"]
+    pid = next(str(e["pid"]) for e in raw(name)["traceEvents"] if e.get("name") == "process_name")
+    assert imp["process_names"][pid] == process
+    t2 = imported(no_shapes)
+    assert t2.meta["imported"]["devices"][0]["name"] == raw(no_shapes)["deviceProperties"][0]["name"]
+    assert t2.meta["imported"]["flows"]["ac2g"] == sum(1 for e in raw(no_shapes)["traceEvents"]
                                                       if e.get("ph") == "s" and e.get("cat") == "ac2g")
-    mem = imported(RESNET_2021).meta["imported"]["memory"]
-    n_mem = sum(1 for e in raw(RESNET_2021)["traceEvents"] if e.get("name") == "[memory]")
-    assert sum(m["events"] for m in mem) == n_mem
+    mem = imported(old_format).meta["imported"]["memory"]
+    n_mem = sum(1 for e in raw(old_format)["traceEvents"] if e.get("name") == "[memory]")
+    assert sum(m["events"] for m in mem) == n_mem > 0
 
 
 # -- analyses say what is missing ------------------------------------------------------------------------------
 
-def test_no_shapes_warns_and_ranks_by_measured_gpu_time():
+@pytest.mark.parametrize("name", [SYN_NO_SHAPES, NCCL_NO_SHAPES])
+def test_no_shapes_warns_and_ranks_by_measured_gpu_time(name):
     """Recorded without record_shapes: a visible warning naming it, and a hot path from measured GPU time
     (old code: ~all ops modeled at 0 ns, c10d::allreduce_ ranked at 71-100%)."""
-    prof = profile(NCCL_NO_SHAPES)
+    prof = profile(name)
     s = prof.to_summary()
     assert any("record_shapes=True" in w for w in s["warnings"])
     assert s["hot_basis"] == "measured GPU time"
-    per, _ = truth.gpu_ns_per_op_name(raw(NCCL_NO_SHAPES))
+    per, _ = truth.gpu_ns_per_op_name(raw(name))
     total = sum(per.values())
     top = s["hot_ops"][0]
     name, ns_ = per.most_common(1)[0]
@@ -178,35 +193,37 @@ def test_no_shapes_warns_and_ranks_by_measured_gpu_time():
     assert top["share"] == pytest.approx(ns_ / total, rel=1e-9)
 
 
-def test_imported_traces_are_labelled_as_imported_not_emulated():
+@pytest.mark.parametrize("name", [SYN_NS, AMD])
+def test_imported_traces_are_labelled_as_imported_not_emulated(name):
     from neuron_studio.ui.bundle import mime_bundle
 
-    s = profile(AMD).to_summary()
+    s = profile(name).to_summary()
     assert s["backend"] == "imported"
     b = mime_bundle(s)
     assert "emulated device" not in b["text/html"] and "run None" not in b["text/html"]
     assert "run None" not in b["text/plain"]
-    assert AMD in b["text/html"]
+    assert name in b["text/html"]
 
 
 # -- ranks ---------------------------------------------------------------------------------------------------------
 
-def test_ranks_follow_distributed_info_and_are_time_aligned():
+@pytest.mark.parametrize("r0, r1, world", [(SYN_RANK0, SYN_RANK1, 4), (RANK0, RANK1, 128)])
+def test_ranks_follow_distributed_info_and_are_time_aligned(r0, r1, world):
     from neuron_studio.profiler.analysis.ranks import analyze_ranks
 
-    t0, t1 = imported(RANK0), imported(RANK1)
+    t0, t1 = imported(r0), imported(r1)
     for order in ((t0, t1), (t1, t0)):
         ra = analyze_ranks(list(order))
         table = ra.ranks.set_index("rank")
         assert sorted(table.index) == [0, 1]
-        for rank, name in ((0, RANK0), (1, RANK1)):
+        for rank, name in ((0, r0), (1, r1)):
             assert table.loc[rank, "step_time_ns"] == pytest.approx(truth.mean_step_ns(raw(name)), abs=0.5)
         # aligned on the wall clock: each rank's first op starts where its raw epoch ts says
         firsts = table["first_op_ns"]
-        ops0 = {r: min(o["start"] for o in truth.ops(raw(n))) for r, n in ((0, RANK0), (1, RANK1))}
+        ops0 = {r: min(o["start"] for o in truth.ops(raw(n))) for r, n in ((0, r0), (1, r1))}
         assert firsts[1] - firsts[0] == ops0[1] - ops0[0]
         assert ra.alignment.method == "wall clock" and list(table["rank_source"]) == ["distributedInfo"] * 2
-    assert any("2 of 128 ranks" in n for n in ra.notes)
+    assert any(f"2 of {world} ranks" in n for n in ra.notes)
 
 
 # -- the same job on Trainium ------------------------------------------------------------------------------------
@@ -219,14 +236,15 @@ def _spec_doc() -> dict:
     return json.loads(SPECS_PATH.read_text())
 
 
-def test_gpu_vs_trainium_per_op_per_step_and_cost():
+@pytest.mark.parametrize("name, n_steps", [(SYN_2021, 3), (RESNET_2021, 6)])
+def test_gpu_vs_trainium_per_op_per_step_and_cost(name, n_steps):
     """V100 trace with shapes: measured GPU time per op and per step from the raw JSON, the model's estimate
     next to it, and cost per 1,000 steps on both (prices from the spec file)."""
-    prof = profile(RESNET_2021)
+    prof = profile(name)
     v = prof.gpu_vs_trainium()
-    d = raw(RESNET_2021)
+    d = raw(name)
     steps = len(truth.step_windows(d))
-    assert v.steps == steps == 6
+    assert v.steps == steps == n_steps
     assert v.gpu_step_ns == pytest.approx(truth.mean_step_ns(d), abs=0.5)
     per, _ = truth.gpu_ns_per_op_name(d)
     got = dict(zip(v.ops["op"], v.ops["gpu_ns_per_step"]))
@@ -241,22 +259,24 @@ def test_gpu_vs_trainium_per_op_per_step_and_cost():
     assert v.trainium_per_1000_steps_usd == pytest.approx(prof.step_time_ns * 1000 / 3.6e12 * chip)
 
 
-def test_port_issues_name_the_ops_without_a_neuron_lowering():
+@pytest.mark.parametrize("name", [SYN_RANK0, RANK0])
+def test_port_issues_name_the_ops_without_a_neuron_lowering(name):
     import json
 
     from neuron_studio.device.coverage import op_coverage
 
-    v = profile(RANK0).gpu_vs_trainium()
+    v = profile(name).gpu_vs_trainium()
     cov = op_coverage().fallback_ops
-    names = set(truth.op_counts(raw(RANK0)))
+    names = set(truth.op_counts(raw(name)))
     lowered = ("aten", "prims", "c10d", "_c10d_functional", "c10d_functional")
     want = {n for n in names if n in cov or n.split("::")[0] not in lowered}
     assert {i["op"] for i in v.port_issues} == want and any(n.startswith("fbgemm::") for n in want)
     assert json.dumps(v.to_summary())                             # JSON-safe for the MIME payload
 
 
-def test_no_shapes_means_no_trainium_estimate_and_no_modeled_headline():
-    prof = profile(NCCL_NO_SHAPES)
+@pytest.mark.parametrize("name", [SYN_NO_SHAPES, NCCL_NO_SHAPES])
+def test_no_shapes_means_no_trainium_estimate_and_no_modeled_headline(name):
+    prof = profile(name)
     v = prof.gpu_vs_trainium()
     assert v.trainium_step_ns is None and v.ops["trainium_ns_per_step"].isna().all()
     assert any("record_shapes=True" in n for n in v.notes)
@@ -265,11 +285,13 @@ def test_no_shapes_means_no_trainium_estimate_and_no_modeled_headline():
     assert s["host_time_ns"] > 0                                   # measured figures stay
 
 
-def test_gpu_vs_trainium_renders_in_html_text_and_report(tmp_path):
+@pytest.mark.parametrize("name, old_format, backward_op", [
+    (SYN_2021, SYN_2021, "aten::threshold_backward"), (AMD, RESNET_2021, "aten::cudnn_convolution_backward")])
+def test_gpu_vs_trainium_renders_in_html_text_and_report(tmp_path, name, old_format, backward_op):
     from neuron_studio.cli import main
     from neuron_studio.ui.bundle import mime_bundle
 
-    s = profile(AMD).to_summary()
+    s = profile(name).to_summary()
     b = mime_bundle(s)
     html_ = b["text/html"]
     assert "GPU → Trainium" in html_ and "GPU (measured)" in html_ and "What the port would hit" not in html_
@@ -277,17 +299,18 @@ def test_gpu_vs_trainium_renders_in_html_text_and_report(tmp_path):
     assert html.escape(templated)[:80] in html_ and templated[:80] not in html_      # escaped, never markup
     assert "same job on trn2 (modeled)" in b["text/plain"]
     out = tmp_path / "r.html"
-    assert main(["report", str(truth.traces_dir() / RESNET_2021), "-o", str(out)]) == 0
+    assert main(["report", str(truth.path_of(old_format)), "-o", str(out)]) == 0
     page = out.read_text()
-    assert "GPU → Trainium" in page and "aten::cudnn_convolution_backward" in page and "run None" not in page
+    assert "GPU → Trainium" in page and backward_op in page and "run None" not in page
 
 
-def test_import_stores_ranks_for_the_panel(tmp_path, capsys):
+@pytest.mark.parametrize("r0, r1", [(SYN_RANK0, SYN_RANK1), (RANK0, RANK1)])
+def test_import_stores_ranks_for_the_panel(tmp_path, capsys, r0, r1):
     from neuron_studio.cli import load_rank_profiles, main
     from neuron_studio.store import RunStore
 
     store = tmp_path / "store"
-    rank1, rank0 = str(truth.traces_dir() / RANK1), str(truth.traces_dir() / RANK0)
+    rank1, rank0 = str(truth.path_of(r1)), str(truth.path_of(r0))
     assert main(["import", rank1, rank0, "--store", str(store)]) == 0
     assert "stored as run" in capsys.readouterr().out
     rs = RunStore(store, create=False)
@@ -298,7 +321,7 @@ def test_import_stores_ranks_for_the_panel(tmp_path, capsys):
     summary = rec.summary
     assert summary["gpu"]["vs_trainium"]["chip"] == "trn2"
     table = {r["rank"]: r for r in summary["ranks_analysis"]["ranks"]}
-    for rank, name in ((0, RANK0), (1, RANK1)):
+    for rank, name in ((0, r0), (1, r1)):
         assert table[rank]["step_time_ns"] == pytest.approx(truth.mean_step_ns(raw(name)), abs=0.5)
         tb = truth.temporal_breakdown(raw(name))
         assert table[rank]["gpu_idle_share"] == pytest.approx(tb["idle"] / tb["span"])

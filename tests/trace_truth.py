@@ -37,17 +37,20 @@ _MEMSET = {"gpu_memset", "Memset"}
 _RUNTIME = {"cuda_runtime", "Runtime", "cuda_driver", "privateuse1_runtime"}
 
 
-def traces_dir() -> Path:
-    """The shared traces directory (../shared/traces next to the repository checkout or worktree root)."""
-    for base in Path(__file__).resolve().parents:
-        cand = base / "shared" / "traces"
-        if cand.is_dir():
-            return cand
-    raise FileNotFoundError("shared/traces not found above " + str(Path(__file__).resolve().parent))
+def path_of(name: str) -> Path:
+    """A trace by file name: one the suite generates (tests/kineto_fixtures.py), else one of the traces
+    recorded by others (`shared/traces`; the test skips, or fails in CI, without them)."""
+    import kineto_fixtures
+    import shared_data
+
+    if name in kineto_fixtures.SYNTHETIC:
+        return kineto_fixtures.synthetic_dir() / name
+    return shared_data.require("traces") / name
 
 
 def load(name: str) -> dict:
-    raw = gzip.decompress((traces_dir() / name).read_bytes())
+    data = path_of(name).read_bytes()
+    raw = gzip.decompress(data) if name.endswith(".gz") else data
     doc = json.loads(raw, parse_float=Decimal)
     return doc if isinstance(doc, dict) else {"traceEvents": doc}
 

@@ -23,6 +23,22 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 FIXTURES = HERE.parent / "tests" / "fixtures"
 ARTIFACTS = Path(os.environ.get("NEURON_STUDIO_ARTIFACTS", REPO / "test-artifacts"))
+#: The images the README and docs/ show are made by these tests: with NEURON_STUDIO_DOC_IMAGES=1 they are
+#: written into docs/img/ too (commit them); otherwise only into ARTIFACTS.
+DOC_IMAGES = REPO / "docs" / "img"
+
+
+def doc_screenshot(target, name: str) -> Path:  # noqa: ANN001 - a playwright Page or Locator
+    """Screenshot `target` as `name` into ARTIFACTS, and into docs/img when NEURON_STUDIO_DOC_IMAGES=1."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    out = ARTIFACTS / name
+    target.screenshot(path=str(out))
+    if os.environ.get("NEURON_STUDIO_DOC_IMAGES") == "1":
+        DOC_IMAGES.mkdir(parents=True, exist_ok=True)
+        tmp = DOC_IMAGES / f".{name}.tmp"
+        tmp.write_bytes(out.read_bytes())
+        os.replace(tmp, DOC_IMAGES / name)
+    return out
 CHROMIUM = os.environ.get("NEURON_STUDIO_CHROMIUM", "/usr/bin/chromium")
 TOKEN = "neuron-ui-test"
 LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -5,6 +5,7 @@ and the notebook's saved output holds its summary."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -16,10 +17,10 @@ from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, fmt_ns, fmt_pct, lab_serv
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
 
-TRACE = next((p / "shared" / "traces" / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-              for p in REPO.parents if (p / "shared" / "traces").is_dir()), None)
-if TRACE is None:  # pragma: no cover - checkout without the shared traces
-    pytest.skip("no ../shared/traces next to the repository", allow_module_level=True)
+sys.path.insert(0, str(REPO / "tests"))
+import shared_data  # noqa: E402  (tests/shared_data.py: skips without the traces, fails in CI)
+
+TRACE = shared_data.require("traces", module_level=True) / "amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz"
 
 
 @pytest.fixture(scope="module")

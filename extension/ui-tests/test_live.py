@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("ipykernel")
-from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, cursor, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, cursor, doc_screenshot, lab_server  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -91,6 +91,7 @@ def test_live_kernel_profile_panel_and_navigation(live_lab: dict, page) -> None:
     run_id = int(profile.locator(".ns-RunId").inner_text().removeprefix("run #"))
     cell.scroll_into_view_if_needed()
     page.screenshot(path=str(ARTIFACTS / "live_02-profile.png"))
+    doc_screenshot(cell, "profile-output.png")     # the README's picture of a profile output
 
     # -- the Neuron Profiler panel on this notebook's store; open the run --
     page.evaluate("window.jupyterapp.commands.execute('neuron-studio:open-profiler')")
