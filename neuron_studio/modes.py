@@ -164,8 +164,12 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
     from torch._dynamo.backends.common import aot_autograd
 
     on_neuron = any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in example_inputs)
+    # As TorchNeuron's backend (torch_neuronx/neuron_dynamo_backend/backend.py @98154b86: "Prevent Copy-back"):
+    # input mutations of inference graphs (optimizer updates) stay in the graph as copy_ into the input's buffer
+    # (its executor aliases the output to the input), so they run inside the NEFF, not as eager copies after it.
     compiled = aot_autograd(fw_compiler=_graph_runner("forward", on_neuron),
-                            bw_compiler=_graph_runner("backward", on_neuron))(gm, example_inputs)
+                            bw_compiler=_graph_runner("backward", on_neuron),
+                            keep_inference_input_mutations=True)(gm, example_inputs)
     reg.compile_log.append({
         "graph_key": key,
         "shapes": shapes,

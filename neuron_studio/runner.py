@@ -56,15 +56,20 @@ def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
             exec(code, ns)  # noqa: S102 - this is the user's own cell, as IPython runs it
 
         return run, filename
-    # compile mode: the body becomes one function (names it assigns stay global, so they persist),
-    # compiled once per cell source so that re-running the cell with new shapes is a Dynamo recompile
+    # compile mode: the body becomes one function, compiled once per cell source so that re-running the cell
+    # with new shapes is a Dynamo recompile. Names the cell assigns before it reads them are the function's
+    # locals, returned and stored in the namespace after each run: a global store inside the traced frame is
+    # invisible to a later line of the same frame ("Failed to find name `loss`": a graph break of the studio's
+    # making, not the user's). Other assigned names (read first, or assigned in loops/branches) stay global.
     cache = session().compiled_cells
     key = (source, id(ns))
     if key in cache:
         return cache[key], filename
     tree = ast.parse(source, filename)
-    assigned = sorted(_assigned_names(tree))
-    body = tree.body or [ast.Pass()]
+    local = _local_names(tree)
+    assigned = sorted(_assigned_names(tree) - set(local))
+    body = (tree.body or [ast.Pass()]) + [ast.Return(value=ast.Dict(
+        keys=[ast.Constant(n) for n in local], values=[ast.Name(id=n, ctx=ast.Load()) for n in local]))]
     fn = ast.FunctionDef(
         name="__neuron_cell__", args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
                                                     defaults=[]),
@@ -76,9 +81,58 @@ def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
     exec(compile(module, filename, "exec"), ns)  # noqa: S102 - defines the cell function
     from neuron_studio.modes import compile_cell_function
 
-    compiled = compile_cell_function(ns.pop("__neuron_cell__"))
+    cell = compile_cell_function(ns.pop("__neuron_cell__"))
+
+    def compiled() -> Any:
+        ns.update(cell())
+
+    compiled.__wrapped__ = cell  # type: ignore[attr-defined]
     cache[key] = compiled
     return compiled, filename
+
+
+def _local_names(tree: ast.Module) -> list[str]:
+    """Names a cell assigns, in top-level statements (or `with` blocks), before any statement reads them: safe
+    as locals of the compiled cell function (always bound when it returns, never read from the namespace)."""
+    first_read: dict[str, int] = {}
+    first_store: dict[str, int] = {}
+    unconditional: set[str] = set()
+
+    def visit(stmts: list[ast.stmt], top: bool, index: list[int]) -> None:
+        for st in stmts:
+            index[0] += 1
+            k = index[0]
+            if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom,
+                               ast.Global, ast.Nonlocal, ast.AugAssign)):
+                for node in ast.walk(st):   # defined/augmented names stay global (read-modify-write, closures)
+                    if isinstance(node, ast.Name):
+                        first_read.setdefault(node.id, -1)
+                if isinstance(st, ast.AugAssign) and isinstance(st.target, ast.Name):
+                    first_read[st.target.id] = -1
+                continue
+            if isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    for node in ast.walk(item):
+                        if isinstance(node, ast.Name):
+                            (first_store if isinstance(node.ctx, ast.Store) else first_read).setdefault(node.id, k)
+                            if isinstance(node.ctx, ast.Store) and top:
+                                unconditional.add(node.id)
+                visit(st.body, top, index)
+                continue
+            for node in ast.walk(st):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                    first_read.setdefault(node.id, k)
+            for node in ast.walk(st):
+                if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    first_store.setdefault(node.id, k)
+                    if top and isinstance(st, (ast.Assign, ast.AnnAssign)) and isinstance(node.ctx, ast.Store):
+                        unconditional.add(node.id)
+                    if isinstance(node.ctx, ast.Del):
+                        first_read[node.id] = -1
+
+    visit(tree.body, True, [0])
+    return sorted(n for n in unconditional
+                  if n in first_store and first_store[n] < first_read.get(n, 1 << 30) and first_read.get(n, 0) != -1)
 
 
 def _assigned_names(tree: ast.Module) -> set[str]:

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from neuron_studio.profiler.analysis import diff as _diff
+from neuron_studio.profiler.analysis import fusion_regions as _regions
 from neuron_studio.profiler.analysis import gpu as _gpu
 from neuron_studio.profiler.analysis import gpu_vs_trainium as _port
 from neuron_studio.profiler.analysis import trace_gaps as _gaps
@@ -102,6 +103,7 @@ class Profile:
         self._remodel_columns: dict[int, tuple[pd.DataFrame, Any]] = {}
         self._variants: dict[tuple[str, str], tuple[pd.DataFrame, _wi.Variant]] = {}
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
+        self.ops["region_splits"] = _regions.region_boundary_counts(device_run.groups, len(self.ops))
 
     @classmethod
     def from_trace(cls, trace: Trace, *, chip: str | None = None, mode: str | None = None, config: Any = None,
@@ -453,6 +455,18 @@ class Profile:
 
     def fusion_groups(self) -> pd.DataFrame:
         return self.device_run.groups.to_frame()
+
+    def fusion_regions(self, *, launched_only: bool = True) -> pd.DataFrame:
+        """One row per launched region: an adaptive-eager region (TorchNeuron's concatenation rules), an op that
+        ran alone, a compiled-graph execution or an eager op: first/last op, op count, launches, modeled times,
+        what ended it (`ended_by`, e.g. "in-place aten::add_ ... at train.py:12") and the fix when the user's
+        code decides it. No region crosses a step boundary or a sync."""
+        return _regions.fusion_regions(self.device_run.groups, self.ops, launched_only=launched_only)
+
+    def graph_breaks(self) -> pd.DataFrame:
+        """Compile mode: each graph break Dynamo reported, at the user's file:line, with its reason and count."""
+        rows = self.trace.meta.get("graph_breaks") or []
+        return pd.DataFrame(rows, columns=["source", "reason", "count"])
 
     # -- device memory -----------------------------------------------------------------------------
     def memory_timeline(self, device: int | None = None) -> pd.DataFrame:

@@ -61,6 +61,7 @@ def joined_ops(trace_ops: pd.DataFrame, modeled_ops: pd.DataFrame) -> pd.DataFra
         "input_shapes": trace_ops["input_shapes"].to_numpy(),
         "is_view": trace_ops["is_view"].to_numpy(bool),
         "graph": trace_ops["graph"].to_numpy(),
+        "step": (trace_ops["step"].to_numpy() if "step" in trace_ops else np.zeros(len(trace_ops), dtype=np.int32)),
         "tags": (trace_ops["tags"].to_numpy() if "tags" in trace_ops else np.full(len(trace_ops), "", dtype=object)),
     })
     df["device_ns"] = df["device_end_ns"] - df["device_start_ns"]

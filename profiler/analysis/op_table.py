@@ -8,7 +8,7 @@ from neuron_studio.profiler.analysis.group_mode import most_common
 __all__ = ["op_table", "module_tree", "OP_TABLE_COLUMNS", "MEASURED_COLUMNS"]
 
 OP_TABLE_COLUMNS = ["key", "count", "device_ns", "host_ns", "self_device_ns", "flops", "bytes", "engine", "bound",
-                    "share", "per_step_device_ns"]
+                    "share", "per_step_device_ns", "kind", "region_splits"]
 
 
 #: Added when the table ranks by measured time (ops recorded without shapes): the measured time per key, per step.
@@ -44,6 +44,9 @@ def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "
     )
     out["engine"] = most_common(g, "engine", "")
     out["bound"] = most_common(g, "bound", "")
+    out["kind"] = most_common(g, "kind", "") if "kind" in ops else ""
+    # launch units this op ended (an in-place op, a host read, ...): where the user's code splits fused regions
+    out["region_splits"] = g["region_splits"].sum() if "region_splits" in ops else 0
     out = out.reset_index().rename(columns={by: "key"})
     out["self_device_ns"] = out["device_ns"]
     if by == "module":

@@ -17,7 +17,7 @@ _UNSUPPORTED_DTYPES = {
 @dataclass
 class CheckItem:
     severity: str        # "error" (blocks a good port), "warning", "ok", "info"
-    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | memory | compile_cache | efficiency | cost
+    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | regions | graph_breaks | memory | compile_cache | efficiency | cost
     message: str
     fix: str = ""
     details: list[str] = field(default_factory=list)
@@ -86,6 +86,7 @@ def porting_report(prof: Any) -> PortingReport:
             [f"{r.op} ({r.reason}) at {r.source or '?'}" for r in sp.head(10).itertuples(index=False)]))
     else:
         items.append(CheckItem("ok", "sync_points", "no host syncs inside the step"))
+    items.extend(_region_items(prof))
     memory = _memory_item(prof)
     if memory is not None:
         items.append(memory)
@@ -125,6 +126,37 @@ def _compile_item(prof: Any) -> CheckItem | None:
                          "keep shapes fixed between steps (pad or bucket the batch); each new shape compiles new NEFFs",
                          details)
     return CheckItem("info", "compile_cache", cc.get("line") or "compile cache", "", details)
+
+
+def _region_items(prof: Any) -> list[CheckItem]:
+    """Where the user's code splits adaptive-eager regions (adaptive runs) and where Dynamo broke the graph
+    (compile runs), each at its source line."""
+    items: list[CheckItem] = []
+    mode = prof.trace.mode
+    if mode == "adaptive":
+        reg = prof.fusion_regions()
+        split = reg[reg["fix"] != ""]
+        if len(split):
+            g = split.fillna({"boundary_source": ""}).groupby(["reason", "boundary_op", "boundary_source"],
+                                                                sort=False).size().sort_values(ascending=False)
+            details = [f"{op} at {src or '?'} ({n / prof.steps:.0f} per step): "
+                       f"{split.loc[split['reason'] == r, 'fix'].iloc[0]}" for (r, op, src), n in g.head(10).items()]
+            items.append(CheckItem("warning", "regions",
+                                   f"{len(reg) / prof.steps:.0f} adaptive-eager launches per step; "
+                                   f"{len(split) / prof.steps:.0f} end where your code splits a region",
+                                   "see fusion_regions(): in-place updates and host reads end a region", details))
+        else:
+            items.append(CheckItem("ok", "regions", "no region split by an in-place op or host read"))
+    elif mode == "compile":
+        gb = prof.graph_breaks()
+        if len(gb):
+            items.append(CheckItem("warning", "graph_breaks", f"{int(gb['count'].sum())} graph break(s) at "
+                                   f"{len(gb)} line(s): ops between graphs run eagerly, one launch each",
+                                   "remove the break at its line (see graph_breaks())",
+                                   [f"{r.source}: {r.reason}" for r in gb.itertuples(index=False)]))
+        else:
+            items.append(CheckItem("ok", "graph_breaks", "no graph breaks"))
+    return items
 
 
 def _memory_item(prof: Any) -> CheckItem | None:
