@@ -23,7 +23,7 @@ import pandas as pd
 
 from neuron_studio.profiler.analysis import variant_cell as _vc
 
-__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings", "write_backs",
+__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings",
            "COLUMNS", "REMODEL_MAX_OPS", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
@@ -96,54 +96,6 @@ def synthetic_graphs(trace_ops: pd.DataFrame) -> np.ndarray:
     return graph
 
 
-def _ids(v: Any) -> list[str]:
-    """Storage ids of a `reads`/`writes` cell ("3,7", a sequence, or missing)."""
-    if isinstance(v, str):
-        return [x for x in v.split(",") if x]
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [str(x) for x in v]
-    return []
-
-
-def write_backs(trace_ops: pd.DataFrame, graph: np.ndarray) -> pd.DataFrame:
-    """The copies a compiled graph makes after it runs to write its in-place updates back to its inputs
-    (functionalization: one `aten::copy_` launch per mutated input, as the emulator's compile mode records).
-
-    A graph's mutated inputs are the storages its in-place ops write that no earlier op of the same graph
-    created; each becomes one copy row (sized as the op that last wrote it) right after the graph's last op.
-    Needs the storages each op wrote (`writes`, recorded by the emulator); without them, none."""
-    if "writes" not in trace_ops or "is_inplace" not in trace_ops or not len(trace_ops):
-        return trace_ops.iloc[0:0]
-    writes = trace_ops["writes"].to_numpy(dtype=object)
-    inplace = trace_ops["is_inplace"].to_numpy(dtype=bool)
-    src: list[int] = []       # the row each copy is sized as
-    sids: list[str] = []
-    order: list[float] = []
-    for g in np.unique(graph[graph >= 0]):
-        idx = np.flatnonzero(graph == g)
-        created: set[str] = set()
-        mutated: dict[str, int] = {}
-        for i in idx:
-            for sid in _ids(writes[i]):
-                if inplace[i] and sid not in created:
-                    mutated[sid] = int(i)
-                elif not inplace[i]:
-                    created.add(sid)
-        for k, (sid, i) in enumerate(mutated.items()):
-            src.append(i)
-            sids.append(sid)
-            order.append(idx[-1] + (k + 1) / (len(mutated) + 1))
-    if not src:
-        return trace_ops.iloc[0:0]
-    out = trace_ops.iloc[src].copy()
-    out["name"], out["overload"], out["reads"], out["writes"] = "aten::copy_", None, sids, sids
-    out["in_bytes"] = 2 * out["out_bytes"].astype(float)   # reads the new value and the input, writes the input
-    out["flops"], out["is_view"], out["graph"] = 0.0, False, -1
-    out["seq"] = int(trace_ops["seq"].max()) + 1 + np.arange(len(out))
-    out.index = pd.Index(order)
-    return out
-
-
 def ops_for_mode(trace_ops: pd.DataFrame, recorded_mode: str, mode: str) -> tuple[pd.DataFrame, str]:
     """The recorded ops as the model should see them in `mode`, and how well that is known."""
     has_graphs = bool(len(trace_ops)) and bool((trace_ops["graph"] >= 0).any())
@@ -152,13 +104,9 @@ def ops_for_mode(trace_ops: pd.DataFrame, recorded_mode: str, mode: str) -> tupl
     if mode == "compile":
         if has_graphs:
             return trace_ops, EXACT
-        graph = synthetic_graphs(trace_ops)
-        ops = trace_ops.assign(graph=graph).reset_index(drop=True)
-        extra = write_backs(ops, graph)
-        if len(extra):   # each copy right after its graph's last op (fractional positions, then renumbered)
-            ops = pd.concat([ops.set_axis(np.arange(len(ops), dtype=float)), extra]).sort_index(kind="stable")
-            ops = ops.reset_index(drop=True)
-        return ops, APPROX_GRAPHS
+        # in-place updates of a graph's inputs stay inside its NEFF (TorchNeuron's backend compiles with
+        # keep_inference_input_mutations=True and aliases the output to the input buffer): no write-back copies
+        return trace_ops.assign(graph=synthetic_graphs(trace_ops)).reset_index(drop=True), APPROX_GRAPHS
     if recorded_mode == "compile" and has_graphs:
         return trace_ops.assign(graph=np.full(len(trace_ops), -1, dtype=np.int64)), APPROX_DECOMPOSED
     return trace_ops, APPROX_GROUPING if mode == "adaptive" else EXACT
