@@ -380,7 +380,7 @@ def _finish(store: Any, run_id: int, rc: int, interrupted: bool, wall: float, na
         first = profiles[min(profiles)]
         summary = first.to_summary(run_id=run_id, name=name, status=status, warnings=warnings)
         if len(profiles) > 1:
-            summary["ranks_analysis"] = _ranks_summary(profiles)
+            summary["ranks_analysis"] = _ranks_summary(profiles, store=store, run_id=run_id)
         summary["ranks"] = rec.ranks
     store.finish_run(run_id, status=status, summary=summary,
                      step_time_ns=int(summary["step_time_ns"]) if summary and summary.get("step_time_ns") else None,
@@ -388,12 +388,17 @@ def _finish(store: Any, run_id: int, rc: int, interrupted: bool, wall: float, na
     return summary, bool(profiles)
 
 
-def _ranks_summary(profiles: dict[int, Any]) -> dict:
+def _ranks_summary(profiles: dict[int, Any], *, store: Any = None, run_id: int | None = None) -> dict:
+    """The ranks section; with a store, also the job timeline's tables (`job_tables`)."""
     from neuron_studio.profiler.analysis.ranks import analyze_ranks
     from neuron_studio.profiler.profile_summary import _finite
 
     ranks = sorted(profiles)
     ra = analyze_ranks([profiles[r].trace for r in ranks], profiles, ranks=ranks)
+    if store is not None and run_id is not None:
+        from neuron_studio.job_tables import save_job_tables
+
+        save_job_tables(store, run_id, ra, positions=ranks)
     return _finite(ra.to_summary())
 
 

@@ -70,6 +70,7 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
     (run id, summary). Workers write each rank's tables straight into the store (it must be on a file system
     they share when the map runs on Dask)."""
     from neuron_studio._activate import save_rank
+    from neuron_studio.job_tables import save_job_tables
 
     paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
     inputs = _inputs(paths)
@@ -91,6 +92,7 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
             order = sorted(ranks)
             positions = [order.index(r) for r in ranks]          # stored as positions 0..N-1, by rank
             finish_store_tables(store, run_id, job.inputs, positions)
+            save_job_tables(store, run_id, job.analysis)           # rank order = stored positions
             summary = job.report_summary(name=label, run_id=run_id)
     except BaseException:
         store.finish_run(run_id, status="error", summary=None, step_time_ns=None, mfu=None, wall_s=0.0)

@@ -130,6 +130,7 @@ _TORCH_FREE_MODULES = {
     "neuron_studio.profiler.vocabulary": ("profiler", "vocabulary.py"),
     "neuron_studio.profiler.analysis.binning": ("profiler", "analysis/binning.py"),
     "neuron_studio.profiler.analysis.trace_lod": ("profiler", "analysis/trace_lod.py"),
+    "neuron_studio.profiler.kineto": ("profiler", "kineto.py"),
 }
 
 

@@ -17,7 +17,7 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from . import core, trace_view
+from . import core, job_view, trace_view
 
 NAMESPACE = "neuron-studio"
 CACHE_SETTING = "neuron_studio_run_ops_cache"
@@ -127,6 +127,27 @@ class TraceOpHandler(_BaseHandler):
         await self.run(lambda: trace_view.trace_op(self.root_dir, path, int(run_id), self.int_arg("seq"), cache=cache))
 
 
+class JobTraceHandler(_BaseHandler):
+    """A many-rank run's job timeline for a window: a lane per rank (`expand`: ranks shown in detail)."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        expand = self.get_query_argument("expand", "")
+        await self.run(lambda: job_view.job_window(
+            self.root_dir, path, int(run_id), start_ns=self.int_arg("start_ns"), end_ns=self.int_arg("end_ns"),
+            width_px=self.int_arg("width_px"), expand=expand, cache=cache))
+
+
+class JobTraceOpHandler(_BaseHandler):
+    """One op of an expanded rank by its job box id (`seq`)."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        await self.run(lambda: job_view.job_op(self.root_dir, path, int(run_id), self.int_arg("seq"), cache=cache))
+
+
 class TraceSearchHandler(_BaseHandler):
     """Ops whose name contains `q`."""
 
@@ -155,6 +176,8 @@ def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
         (url_path_join(prefix, r"runs/(\d+)/trace"), TraceHandler),
         (url_path_join(prefix, r"runs/(\d+)/trace/op"), TraceOpHandler),
         (url_path_join(prefix, r"runs/(\d+)/trace/search"), TraceSearchHandler),
+        (url_path_join(prefix, r"runs/(\d+)/job"), JobTraceHandler),
+        (url_path_join(prefix, r"runs/(\d+)/job/op"), JobTraceOpHandler),
         (url_path_join(prefix, "kernel-source"), KernelSourceHandler),
     ]
 

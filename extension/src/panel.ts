@@ -20,7 +20,7 @@ import {
   table
 } from './mime';
 import { requestAPI } from './request';
-import { ServerTraceSource } from './viewer/sources';
+import { JobTraceSource, ServerTraceSource } from './viewer/sources';
 import { TraceViewer } from './viewer/viewer';
 import { ITraceWindow } from './viewer/types';
 import {
@@ -174,8 +174,12 @@ export class ProfilerPanel extends Widget {
         parts.push(el('div', { text: 'This run has no summary.' }));
       }
       const trace = detail.tables.includes('device_ops') ? this._traceViewer(runId, run.summary ?? null) : null;
+      if (detail.tables.includes('job_ranks')) {
+        // a many-rank run: the whole job on its aligned clock first, then the first rank's own trace
+        parts.push(el('h4', { text: `Job timeline (${run.ranks} ranks)` }), this._jobViewer(runId));
+      }
       if (trace) {
-        parts.push(el('h4', { text: 'Trace' }), trace.node);
+        parts.push(el('h4', { text: detail.tables.includes('job_ranks') ? 'Trace (first rank)' : 'Trace' }), trace.node);
       }
       parts.push(el('h4', { text: 'Engine utilization' }), timeline, el('h4', { text: 'Device ops' }), opsBox);
       if (run.summary?.hot_ops?.length) {
@@ -202,6 +206,17 @@ export class ProfilerPanel extends Widget {
     } catch (error) {
       this._detail.replaceChildren(el('div', { class: 'ns-Error', text: (error as Error).message }));
     }
+  }
+
+  /** A many-rank run's job timeline: a lane per rank on the aligned clock, ranks expandable. */
+  private _jobViewer(runId: number): HTMLElement {
+    const actions = this._actions;
+    const viewer = new TraceViewer(new JobTraceSource(runId, this._path!), {
+      sourceLink: src => sourceLink(src, actions),
+      kernelLink: () => null,
+      note: 'Each rank\'s measured host timeline, aligned on the job\'s clock; lines link each collective across ranks (red: the rank that arrived last).'
+    });
+    return el('div', { class: 'ns-TraceBox ns-PanelTrace ns-JobTrace' }, viewer.node);
   }
 
   /** The trace viewer on the stored run, served level-of-detail per window by the server. */

@@ -105,6 +105,7 @@ class RankAnalysis:
     steps: dict[str, Any] = field(default_factory=dict)
     op_table: pd.DataFrame = field(default_factory=pd.DataFrame)
     notes: list[str] = field(default_factory=list)
+    digests: list[Any] = field(default_factory=list, repr=False)   # the reduce's input, rank order as `ranks`
 
     def to_summary(self) -> dict[str, Any]:
         """JSON-safe block for reports (the CLI's per-rank section)."""
@@ -402,9 +403,11 @@ def reduce_digests(digests: Sequence[Any], inputs: Sequence[Any] | None = None) 
     table = rank_table(digests, ranks, sources, coll, alignment.offsets_ns, common)
     for d in digests:
         notes.extend(f"rank {d.meta.get('rank', '?')}: {n}" for n in d.notes[:3])
+    by_rank = dict(zip(ranks, digests))
     return RankAnalysis(ranks=table, collectives=coll, instances=inst, straggler=find_straggler(coll),
                         slowest_collective=slowest, alignment=alignment, steps=step_info,
-                        op_table=_job_op_table(digests), notes=notes)
+                        op_table=_job_op_table(digests), notes=notes,
+                        digests=[by_rank[r] for r in table["rank"].tolist()])
 
 
 def analyze_ranks(traces: Sequence[Any], profiles: dict[int, Any] | None = None,

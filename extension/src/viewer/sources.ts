@@ -32,6 +32,47 @@ export class ServerTraceSource implements ITraceSource {
   }
 }
 
+/**
+ * A many-rank run's job timeline, served by `runs/<id>/job`: a lane per rank (its activity) on the job's
+ * aligned clock; ranks in `expanded` come as their own host lanes.
+ */
+export class JobTraceSource implements ITraceSource {
+  readonly levelOfDetail = true;
+  readonly expanded = new Set<number>();
+
+  constructor(
+    private _runId: number,
+    private _notebookPath: string,
+    private _maxExpanded = 8
+  ) {}
+
+  toggleRank(rank: number): void {
+    if (this.expanded.has(rank)) {
+      this.expanded.delete(rank);
+    } else if (this.expanded.size < this._maxExpanded) {
+      this.expanded.add(rank);
+    }
+  }
+
+  window(startNs: number | undefined, endNs: number | undefined, widthPx: number): Promise<ITraceWindow> {
+    return requestAPI<ITraceWindow>(`runs/${this._runId}/job`, {
+      path: this._notebookPath,
+      start_ns: startNs === undefined ? undefined : Math.floor(startNs),
+      end_ns: endNs === undefined ? undefined : Math.ceil(endNs),
+      width_px: Math.max(16, Math.min(8192, Math.round(widthPx))),
+      expand: [...this.expanded].sort((a, b) => a - b).join(',')
+    });
+  }
+
+  op(seq: number): Promise<ITraceOpDetail> {
+    return requestAPI<ITraceOpDetail>(`runs/${this._runId}/job/op`, { path: this._notebookPath, seq });
+  }
+
+  search(): Promise<ITraceSearch> {
+    return Promise.reject(new Error('Search works on one rank: open that rank as a run, or expand it and zoom.'));
+  }
+}
+
 /** The summary's overview: one resolution for the whole run; zoom magnifies it. */
 export class OverviewTraceSource implements ITraceSource {
   readonly levelOfDetail = false;

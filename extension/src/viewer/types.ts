@@ -23,6 +23,21 @@ export interface ITraceLane {
   seq: number[];
   /** Index into `names` for a one-op box, else -1. */
   name: number[];
+  /** Job view: the rank the lane belongs to, and whether it is the straggler. */
+  rank?: number;
+  straggler?: boolean;
+}
+
+/** Job view: one collective instance, every rank's arrival (its lane) and the rank that arrived last. */
+export interface ITraceLink {
+  key: string;
+  op: string;
+  index: number;
+  lanes: string[];
+  arrival: number[];
+  exit: number;
+  last_lane: string | null;
+  max_wait_ns: number;
 }
 
 export interface ITraceWindow {
@@ -40,6 +55,10 @@ export interface ITraceWindow {
   /** Overview only: details of its one-op boxes by seq. */
   ops?: Record<string, ITraceOpInfo>;
   clock?: string;
+  /** Job view: collectives linked across ranks (none when more than the server links are in the window). */
+  links?: ITraceLink[];
+  links_in_window?: number;
+  job?: { ranks: number[]; expanded: number[]; straggler: number | null; max_expanded: number };
 }
 
 /** What the viewer shows about one op (a stored device_ops row, or the overview's subset). */
@@ -89,4 +108,6 @@ export interface ITraceSource {
   search(query: string): Promise<ITraceSearch>;
   /** Whether zooming asks for finer boxes (a server) or only magnifies the overview. */
   readonly levelOfDetail: boolean;
+  /** Job view: show a rank's own lanes instead of its summary lane, or fold them back. */
+  toggleRank?(rank: number): void;
 }

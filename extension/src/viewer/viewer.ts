@@ -22,8 +22,11 @@ export const TRACK_COLORS: Record<string, string> = {
   scalar: '#f28e2b',
   gpsimd: '#b07aa1',
   dma: '#9c755f',
-  collective: '#edc948'
+  collective: '#edc948',
+  rank: '#76b7b2'
 };
+/** Collective instances drawn as links at most (the server sends at most its own limit). */
+const MAX_LINKS = 300;
 const LANE_H = 24;
 const AXIS_H = 22;
 const MARKS_H = 14;
@@ -313,11 +316,14 @@ export class TraceViewer {
     const color = TRACK_COLORS[lane.track] ?? '#888888';
     const merged = color + '99';
     const out: BoxNode[] = [];
+    const summary = lane.kind === 'rank';
     for (let i = 0; i < lane.start.length; i++) {
       const single = lane.count[i] === 1 && lane.seq[i] >= 0;
       const dur = lane.end[i] - lane.start[i];
       out.push({
-        name: single ? data.names[lane.name[i]] ?? 'op' : `${lane.count[i]} ops`, // not toLocaleString: far too slow per box
+        // a rank's summary lane: how busy computing its box's time was (no op names at this level)
+        name: summary ? `${Math.round((100 * lane.busy[i]) / Math.max(dur, 1))}% busy`
+          : single ? data.names[lane.name[i]] ?? 'op' : `${lane.count[i]} ops`, // not toLocaleString: far too slow per box
         start: lane.start[i] / 1000,
         duration: Math.max(dur, 0.001) / 1000,
         color: single ? color : merged,
@@ -386,9 +392,28 @@ export class TraceViewer {
       return;
     }
     const offset = 2; // time grid and marks come first
+    const toggle = this._source.toggleRank?.bind(this._source);
     const labels = this._data.lanes.map((lane, i) => {
       const engine = chart.renderEngine.children[i + offset];
-      const label = el('div', { class: `ns-TraceLabel ns-TraceLabel-${lane.kind}`, text: lane.label, title: `${lane.label}: ${lane.total.toLocaleString()} ops` });
+      const isRank = lane.rank !== undefined && toggle !== undefined;
+      const text = isRank ? `${lane.kind === 'rank' ? '▸' : '▾'} ${lane.label}` : lane.label;
+      const title = lane.kind === 'rank'
+        ? `${lane.label}: compute activity on the job's clock; click to show its host timeline`
+        : `${lane.label}: ${lane.total.toLocaleString()} ops${isRank ? '; click to fold the rank' : ''}`;
+      const label = el('div', {
+        class: `ns-TraceLabel ns-TraceLabel-${lane.kind}${lane.straggler ? ' ns-TraceLabel-straggler' : ''}`,
+        text,
+        title,
+        attrs: lane.rank !== undefined ? { 'data-rank': String(lane.rank) } : {}
+      });
+      if (isRank) {
+        label.style.cursor = 'pointer';
+        label.addEventListener('click', () => {
+          toggle!(lane.rank!);
+          const { start, end } = this.view;
+          void this._fetchWindow(start, end);
+        });
+      }
       label.style.top = `${engine?.position ?? 0}px`;
       label.style.height = `${LANE_H}px`;
       return label;
@@ -452,6 +477,44 @@ export class TraceViewer {
       });
     });
     this.node.setAttribute('data-flows', String(drawn));
+    this._drawLinks(ctx, x);
+  }
+
+  /** Job view: each collective instance as a line through every rank's arrival, the last rank's in red. */
+  private _drawLinks(ctx: CanvasRenderingContext2D, x: (ns: number) => number): void {
+    const data = this._data;
+    const links = data?.links ?? [];
+    if (!data || !links.length) {
+      this.node.setAttribute('data-links', '0');
+      return;
+    }
+    const laneIndex = new Map(data.lanes.map((lane, i) => [lane.id, i] as [string, number]));
+    const width = this._overlay.width;
+    let drawn = 0;
+    for (const link of links.slice(0, MAX_LINKS)) {
+      const points = link.lanes
+        .map((id, i) => [laneIndex.get(id), link.arrival[i], id] as [number | undefined, number, string])
+        .filter((p): p is [number, number, string] => p[0] !== undefined)
+        .sort((a, b) => a[0] - b[0]);
+      const xs = points.map(p => x(p[1]));
+      if (!points.length || Math.max(...xs) < 0 || Math.min(...xs) > width) {
+        continue;
+      }
+      drawn++;
+      ctx.strokeStyle = 'rgba(120,90,0,0.6)';
+      ctx.lineWidth = 1;
+      ctx.beginPath();
+      points.forEach((p, i) => (i ? ctx.lineTo(xs[i], this._laneY(p[0])) : ctx.moveTo(xs[i], this._laneY(p[0]))));
+      ctx.stroke();
+      points.forEach((p, i) => {
+        const last = p[2] === link.last_lane;
+        ctx.fillStyle = last ? '#d62728' : 'rgba(120,90,0,0.8)';
+        ctx.beginPath();
+        ctx.arc(xs[i], this._laneY(p[0]), last ? 4 : 2, 0, 2 * Math.PI);
+        ctx.fill();
+      });
+    }
+    this.node.setAttribute('data-links', String(drawn));
   }
 
   /** Each one-op device box's start and lane by seq, built once per window answer (not per frame). */
@@ -598,8 +661,9 @@ export class TraceViewer {
       return true;
     }
     const lane = this._data.lanes[node.ns.lane];
-    const lines =
-      node.ns.count === 1
+    const lines = lane?.kind === 'rank'
+      ? [`${lane.label}`, `computing ${fmtNs(node.ns.busy)} of ${fmtNs(node.ns.endNs - node.ns.startNs)} (measured host ops)`, 'click the rank\'s name to show its timeline']
+      : node.ns.count === 1
         ? [node.name, `${lane?.label ?? ''} · ${fmtNs(node.ns.endNs - node.ns.startNs)} at ${fmtNs(node.ns.startNs)}`, 'click for shapes, module, source']
         : [`${node.ns.count.toLocaleString()} ops merged`, `${lane?.label ?? ''} · busy ${fmtNs(node.ns.busy)} in ${fmtNs(node.ns.endNs - node.ns.startNs)}`, 'zoom in (or click) to separate them'];
     this._tooltip.replaceChildren(...lines.map((t, i) => el(i === 0 ? 'b' : 'div', { text: t })));
@@ -619,6 +683,12 @@ export class TraceViewer {
 
   private _summaryText(d: ITraceWindow): string {
     const boxes = d.lanes.reduce((n, l) => n + l.start.length, 0);
+    if (d.job) {
+      const hidden = (d.links_in_window ?? 0) > (d.links?.length ?? 0)
+        ? ` · ${d.links_in_window!.toLocaleString()} collectives in view: zoom in to link them across ranks` : '';
+      const strag = d.job.straggler !== null ? ` · straggler: rank ${d.job.straggler}` : '';
+      return `${d.job.ranks.length} ranks · ${boxes.toLocaleString()} boxes at ${fmtNs(d.px_ns)}/px · click a rank to expand it${strag}${hidden} · ${d.clock ?? ''}`;
+    }
     return `${d.total_ops.toLocaleString()} ops · ${boxes.toLocaleString()} boxes at ${fmtNs(d.px_ns)}/px${d.clock ? ` · ${d.clock} clock` : ''}`;
   }
 
