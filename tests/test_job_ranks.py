@@ -256,11 +256,9 @@ def test_cli_report_on_a_dask_scheduler(tmp_path, job_dir):
 # -- real traces (../shared/traces) ------------------------------------------------------------------------
 def test_real_two_rank_directory(tmp_path):
     import trace_truth as truth
+    from shared_data import require
 
-    try:
-        src = truth.traces_dir()
-    except FileNotFoundError:
-        pytest.skip("needs the shared real traces (../shared/traces), absent on a plain clone")
+    src = require("traces")
     for n in ("trace_filter_sampled_rank-0.json.gz", "trace_filter_sampled_rank-1.json.gz"):
         shutil.copy(src / n, tmp_path / n)
     res = analyze_job(tmp_path, workers=0)
