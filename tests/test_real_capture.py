@@ -99,6 +99,9 @@ s = prof.summary_payload
 ops = prof.trace.ops
 dev = ops[ops["fallback"].isna()]
 check = ip.run_line_magic("neuron_check", "")
+stored = ip.run_line_magic("neuron_check", "train")          # the same run, rebuilt from the store
+from neuron_studio.ui.html import render_html
+html = render_html(s)
 run_dir = prof.trace.meta["capture_dir"]
 from pathlib import Path
 out_root = Path(run_dir).parent.parent
@@ -109,6 +112,8 @@ print(json.dumps({
     "fallbacks": s["fallbacks"], "hardware": s["hardware"], "memory": s["memory"],
     "notes": s["breakdown"]["notes"], "warnings": s["warnings"],
     "check": [[i.topic, i.severity, i.message, i.details] for i in check.report.items],
+    "stored_check": [[i.topic, i.severity, i.message, i.details] for i in stored.report.items],
+    "html": html,
     "calls": [c for c, _ in _fake.CALLS], "nrt": [a for c, a in _fake.CALLS if c == "nrt_begin"],
     "files": sorted(p.name for p in Path(run_dir).iterdir()),
     "root_files": sorted(p.name for p in out_root.iterdir()),
@@ -212,6 +217,15 @@ def test_magic_draws_the_hbm_timeline_by_category(magic_run: dict) -> None:
     assert "SystemProfileHbmUsage" in " ".join(m["notes"])
 
 
+def test_magic_output_and_the_stored_run_show_the_same_hardware_figures(magic_run: dict) -> None:
+    assert magic_run["stored_check"] == magic_run["check"]       # %neuron_check RUN reads what the cell showed
+    html = magic_run["html"]
+    cc = magic_run["hardware"]["compile_cache"]
+    assert cc["line"].split(";")[0] in html                      # the breakdown's compile sentence
+    assert "profiler buffers" in html and "tensors" in html       # the HBM categories of the Memory tab
+    assert "Small DMA transfers" in html
+
+
 def test_magic_surfaces_explorer_records(magic_run: dict) -> None:
     hw = magic_run["hardware"]
     aw = hw["active_window"]
@@ -232,6 +246,28 @@ def test_magic_writes_the_per_rank_layout_with_the_framework_mapping(magic_run: 
         assert "trace.json" in files and len(mapping_here) == 1 and not mapping_root
     else:   # the April profiler writes its CPU trace and the mapping into the output directory
         assert "pytorch_trace.json" in magic_run["root_files"] and len(mapping_root) == 1 and not mapping_here
+
+
+def test_each_rank_writes_its_own_directory_and_april_options_map_to_its_api(tmp_path: Path) -> None:
+    out = _run("""
+        import json, warnings, torch, neuron_studio, torch_neuronx
+        from neuron_studio.profiler.real_capture import capture_real, NeuronCaptureOptions
+        warnings.simplefilter("ignore")
+        w = torch.randn(4, 4)
+        run = capture_real(lambda: (w @ w).relu(), steps=1, options=NeuronCaptureOptions(
+            out_dir="prof", capture_enabled_for_nc="0,2-3", max_events_per_nc=100), name="r1")
+        p = run.profile()
+        print(json.dumps({"run_dir": str(run.run_dir), "notes": run.notes, "rank": p.trace.meta["rank"],
+                          "api": run.api, "calls": [a for c, a in torch_neuronx._fake.CALLS if c == "NeuronProfiler"],
+                          "ops": sorted(set(p.trace.ops["name"]))}))
+    """, tmp_path, {"FAKE_NEURONX_API": "april", "WORLD_SIZE": "2", "RANK": "1"})
+    assert out["api"] == "april" and out["rank"] == 1
+    assert out["run_dir"].startswith(str(tmp_path / "prof" / "rank1" / "i-0fake_pid_"))
+    assert out["calls"] == [{"pytorch_activities": ["CPU"], "record_shapes": True,
+                             "neuron_output_dir": str(tmp_path / "prof" / "rank1"),
+                             "event_filters": {"nc": ["0", "2-3"]}}]
+    assert any("has no max_events_per_nc" in n for n in out["notes"])
+    assert out["ops"] == ["aten::mm", "aten::relu"]
 
 
 # -- the capture's rules, without a subprocess ---------------------------------------------------------------
