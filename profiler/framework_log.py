@@ -16,6 +16,12 @@ exists, as it does when TorchNeuron enqueues), in dispatch order, with:
   (`std::chrono::steady_clock`, `csrc/core/metrics/NeuronMetrics.cpp`), so a NEFF compile is attributed to the
   op (and line) during which it ran.
 
+Compile mode: an active `TorchDispatchMode` stops torch.compile from compiling (Dynamo runs the frame eagerly), so
+with `compile_mode=True` the log records no aten ops; it records each Dynamo compile instead (Dynamo's
+`callback_handler` start/end callbacks: the compile id, the user's line that called the compiled function, the
+module running, the time window), which is where TorchNeuron compiles the graph's NEFF. Device executions of
+compiled graphs then keep the runtime's names (the join needs the per-op records).
+
 Thread ids: RecordFunction's ids are not visible from Python; threads are numbered here in order of first op
 (TorchNeuron's ids are assigned in first-use order too). `device_executes` says which ops launch device work:
 views and metadata ops never do. Both rules are the studio's reading of the source, unverified on hardware.
@@ -59,10 +65,14 @@ def device_executes(func: Any) -> bool:
 
 
 def _skip_dirs() -> tuple[str, ...]:
+    """Frames that are not the user's code: torch, contextlib (and the stdlib beside it), the studio, TorchNeuron
+    (as the emulator's `registration._skip_dirs` does for emulated ops)."""
+    import contextlib
     import importlib.util
 
     spec = importlib.util.find_spec("neuron_studio")       # located, not imported (no import cycle)
-    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.path.abspath(__file__))]
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(contextlib.__file__),
+            os.path.dirname(os.path.abspath(__file__))]
     if spec is not None and spec.origin:
         dirs.append(os.path.dirname(os.path.abspath(spec.origin)))
     nx = sys.modules.get("torch_neuronx")
@@ -117,7 +127,8 @@ class FrameworkLog:
     """`with FrameworkLog() as log: run()` -> `log.ops` (an `OpRecord`); `log.step = k` marks the iteration:
     profiled steps 0.., warm-up iterations negative (-warmup .. -1)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, compile_mode: bool = False) -> None:
+        self.compile_mode = compile_mode
         self.ops = OpRecord()
         self.step: int | None = None
         self._threads: dict[int, int] = {}
@@ -181,16 +192,54 @@ class FrameworkLog:
 
         self._tracker = ModuleTracker(_NoBus())
         self._tracker.start()
-        self._mode = _Mode(self)
-        self._mode.__enter__()
+        if self.compile_mode:
+            from torch._dynamo.callback import callback_handler
+
+            callback_handler.register_start_callback(self._compile_start)
+            callback_handler.register_end_callback(self._compile_end)
+        else:
+            self._mode = _Mode(self)
+            self._mode.__enter__()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self._mode is not None:
             self._mode.__exit__(*exc)
             self._mode = None
+        if self.compile_mode:
+            from torch._dynamo.callback import callback_handler
+
+            callback_handler.remove_start_callback(self._compile_start)
+            callback_handler.remove_end_callback(self._compile_end)
         if self._tracker is not None:
             self._tracker.stop()
+
+    # -- compile mode: one record per Dynamo compile ---------------------------------------------------
+    def _compile_start(self, args: Any) -> None:
+        with self._lock:
+            o = self.ops
+            stack = self._tracker.stack if self._tracker is not None else []
+            cid = str(getattr(args, "compile_id", "?"))       # "<frame>/<recompile>"
+            o.name.append(f"torch.compile frame {cid.strip('[]').split('/')[0]}")
+            o.thread.append(self._threads.setdefault(threading.get_ident(), len(self._threads) + 1))
+            o.seq.append(int(torch._C._autograd._get_sequence_nr()))
+            o.fwd_seq.append(-1)
+            o.module.append(stack[-1] if stack else "")
+            o.source.append(self._source())
+            o.phase.append("compile")
+            o.shapes.append(f"compile id {cid}")
+            o.device.append(False)
+            o.t0_ns.append(time.monotonic_ns())
+            o.t1_ns.append(0)
+            o.step.append(self.step)
+
+    def _compile_end(self, args: Any) -> None:
+        with self._lock:
+            o = self.ops
+            for i in range(len(o) - 1, -1, -1):
+                if o.phase[i] == "compile" and o.t1_ns[i] == 0:
+                    o.t1_ns[i] = time.monotonic_ns()
+                    break
 
     # -- queries --------------------------------------------------------------------------------------
     def at_time(self, mono_ns: int) -> int:

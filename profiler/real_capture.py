@@ -496,7 +496,7 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
     started = time.time()
     t_wall0 = time.time_ns()
     t0 = time.perf_counter_ns()
-    log = FrameworkLog()
+    log = FrameworkLog(compile_mode=mode == "compile")
     prof = _Profiler(api, opts, out_dir)
     with env, tracker, log, (watch if watch is not None else contextlib.nullcontext()):
         for w in range(warmup):

@@ -326,6 +326,48 @@ def test_framework_log_keeps_numerics_and_keys_ops_like_torchneuron() -> None:
     assert all(o.t1_ns[i] >= o.t0_ns[i] for i in range(len(o)))
 
 
+def test_compile_mode_log_keeps_torch_compile_compiling_and_finds_recompiles() -> None:
+    """A dispatch mode would make Dynamo run the cell eagerly; compile mode logs Dynamo's compiles instead."""
+    from torch._dynamo.testing import CompileCounter
+
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    f = torch.compile(lambda x: (x @ x).relu().sum(), backend=cnt)
+    with FrameworkLog(compile_mode=True) as log:
+        for i, n in enumerate((8, 8, 6)):
+            log.step = i - 3
+            f(torch.randn(n, n))        # the line compiles are attributed to
+    assert cnt.frame_count == 2          # the first call and the new shape: Dynamo compiled both
+    o = log.ops
+    here = f"{Path(__file__).name}:"
+    assert [o.step[i] for i in range(len(o))] == [-3, -1] and all(here in o.source[i] for i in range(len(o)))
+    assert o.name[0] == o.name[1] and all(o.t1_ns[i] > o.t0_ns[i] for i in range(len(o)))
+
+    class Metrics:   # one NEFF compile inside each Dynamo compile window
+        enabled = True
+
+        def is_enabled(self):
+            return True
+
+        def get_counter_value(self, name):
+            return 2 if name.endswith("TotalCompilations") and self.done else 0
+
+        def get_metric_data(self, name):
+            if not self.done:
+                return None
+            return {"samples": [{"timestamp_ns": o.t1_ns[i] - 10, "value": 5} for i in range(len(o))]}
+
+    met = Metrics()
+    met.done = False
+    watch = CompileCacheWatch(met)
+    watch.__enter__()
+    watch._t0 = 0
+    met.done = True
+    watch.__exit__(None, None, None)
+    cc = watch.result(log)
+    assert [g["new_shape"] for g in cc.graphs] == [False, True] and "new shape at test_real_capture.py:" in cc.line
+
+
 # -- readers over tables built from the schema ---------------------------------------------------------------
 T0 = 1_790_000_000_123_456_789
 

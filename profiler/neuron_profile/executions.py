@@ -199,6 +199,9 @@ def label_executions(ex: Executions, mapping: FrameworkMapping | None, log: Any 
             why = "its runtime sequence id is not in the framework mapping"
         elif log is None:
             why = "no record of the PyTorch ops (capture not made by the studio)"
+        elif not queues:
+            why = ("the op log holds no device ops (in compile mode it logs Dynamo's compiles only: a dispatch mode "
+                   "would stop torch.compile from compiling)")
         if why is None:
             recs = []
             for seq_nr, th_id, _stream in mapping.by_seq_id[sid]:
