@@ -69,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(ordered by the rank each names, aligned on one clock)")
     rep.add_argument("-o", "--output", default=None, help="output file (default report-<run>.html)")
     rep.add_argument("--store", default=None)
+    rep.add_argument("--perfetto", default=None, metavar="PATH", help="also write the trace(s) as one Chrome "
+                     "trace for Perfetto (a job: every rank on the aligned clock, collectives linked; .gz: gzip)")
     _job_arguments(rep)
 
     imp = sub.add_parser("import", help="store torch.profiler trace file(s) recorded elsewhere as a run (one per "
@@ -433,7 +435,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise CliError(f"report: no such trace file(s): {', '.join(missing)} (several targets must be files)")
         from neuron_studio.imported_runs import job_summary
 
-        summary = job_summary(targets, name=path.name, scheduler=args.scheduler, workers=args.workers)
+        summary = job_summary(targets, name=path.name, scheduler=args.scheduler, workers=args.workers,
+                              perfetto=args.perfetto)
         default = f"report-{path.name.split('.')[0] or 'job'}.html"
     else:
         from neuron_studio.store import RunStore
@@ -450,8 +453,17 @@ def cmd_report(args: argparse.Namespace) -> int:
         else:
             rec = store.get_run(int(target) if target.isdigit() else target)
         summary = rec.summary
-        profiles = load_rank_profiles(store, rec)
-        if summary is None or (len(profiles) > 1 and not summary.get("ranks_analysis")):
+        # a stored job's summary has its ranks section already: its ranks are not loaded again (bounded memory)
+        stale = summary is None or (rec.ranks > 1 and not summary.get("ranks_analysis"))
+        profiles = load_rank_profiles(store, rec) if stale or (args.perfetto and rec.ranks <= 1) else {}
+        if args.perfetto and rec.ranks > 1:
+            from neuron_studio.imported_runs import job_summary
+
+            job_summary([store.table_path(rec.id, "ops").parent], scheduler=args.scheduler, workers=args.workers,
+                        perfetto=args.perfetto)
+        elif args.perfetto and profiles:
+            profiles[min(profiles)].export_chrome_trace(args.perfetto)
+        if stale:
             if not profiles:
                 raise LookupError(f"run {rec.id} has no saved trace (status {rec.status}); nothing to report")
             first = profiles[min(profiles)]

@@ -54,13 +54,21 @@ def _single_profile(path: str | os.PathLike) -> Any:
 
 
 def job_summary(targets: Targets, *, name: str | None = None, scheduler: str | None = None, client: Any = None,
-                workers: int | None = None) -> dict:
-    """The report summary of one trace, or of a job's ranks (first rank's profile + the ranks section)."""
+                workers: int | None = None, perfetto: str | os.PathLike | None = None) -> dict:
+    """The report summary of one trace, or of a job's ranks (first rank's profile + the ranks section);
+    `perfetto`: also write the whole job, aligned, as one Chrome trace there (`job_export`)."""
     targets = [targets] if isinstance(targets, (str, os.PathLike)) else list(targets)
     inputs = _inputs(targets)
     if len(inputs) == 1:
-        return _single_profile(inputs[0].path).to_summary(name=name)
+        prof = _single_profile(inputs[0].path)
+        if perfetto is not None:
+            prof.export_chrome_trace(perfetto)
+        return prof.to_summary(name=name)
     job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers)
+    if perfetto is not None:
+        from neuron_studio.profiler.job_export import export_job_trace
+
+        export_job_trace(job, perfetto, workers=workers)
     return job.report_summary(name=name)
 
 

@@ -221,13 +221,38 @@ def test_local_workers_are_sized_to_memory(job_dir):
     assert "payload" in r and r["peak_rss"] > 0
 
 
+# -- Perfetto ------------------------------------------------------------------------------------------------
+def test_the_whole_job_exports_as_one_aligned_trace(tmp_path, job):
+    from neuron_studio.profiler.job_export import export_job_trace
+
+    doc = json.loads(gzip.decompress(export_job_trace(job, tmp_path / "job.json.gz", workers=0).read_bytes()))
+    ev = doc["traceEvents"]
+    xs = [e for e in ev if e["ph"] == "X"]
+    assert len(xs) == sum(d.meta["ops"] for d in job.digests)
+    assert {e["pid"] for e in xs} == set(range(SPEC.ranks))
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names[SPEC.straggler] == f"rank {SPEC.straggler} (straggler)"
+    flows = [e for e in ev if e["ph"] in "stf"]
+    assert sum(e["ph"] == "s" for e in flows) == SPEC.collectives == sum(e["ph"] == "f" for e in flows)
+    assert all(e["pid"] == SPEC.straggler for e in flows if e["ph"] == "f")     # every flow ends at the last
+    # on the aligned clock a collective's exits coincide across ranks (the skew was taken out)
+    coll = [e for e in xs if e["name"] == "c10d::allreduce_"]
+    first_exit = sorted(coll, key=lambda e: e["ts"])[: SPEC.ranks]
+    exits = [e["ts"] + e["dur"] for e in first_exit]
+    assert max(exits) - min(exits) < 0.01
+    assert doc["metadata"]["neuron_studio_job"]["alignment"]["method"] == "collective exits"
+
+
 # -- CLI ---------------------------------------------------------------------------------------------------
 def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
     from neuron_studio.cli import load_rank_profiles, main
     from neuron_studio.store import RunStore
 
     out = tmp_path / "job.html"
-    assert main(["report", str(job_dir), "-o", str(out), "--workers", "2"]) == 0
+    trace = tmp_path / "job.json.gz"
+    assert main(["report", str(job_dir), "-o", str(out), "--workers", "2", "--perfetto", str(trace)]) == 0
+    assert sum(e["ph"] == "s" for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]) \
+        == SPEC.collectives
     page = out.read_text()
     assert "Straggler: rank 2" in page and "Ranks (4)" in page and "collective exits" in page
     store = tmp_path / "store"

@@ -148,6 +148,7 @@ def digest_trace(trace: Any, profile: Any = None, *, bins: int = ACTIVITY_BINS, 
         "ops": int(len(ops)), "host_events": int(len(trace.host)),
         "events": (meta.get("imported") or {}).get("events"), "first_ns": t0, "last_ns": t1,
         "activity_bin_ns": bin_ns, "steps": int(len(steps)),
+        "collective_thread": _common_thread(ops["thread"].to_numpy(dtype=np.int64)[order][is_coll]),
     }
     d_meta.update(_profile_figures(trace, profile, notes))
     summary = None
@@ -169,6 +170,14 @@ def collective_mask(names: np.ndarray) -> np.ndarray:
     coll = np.array([is_collective_name(n) for n in uniq.tolist()], dtype=bool)
     c10d = np.char.startswith(uniq.astype(str), COLLECTIVE_PREFIX) & coll
     return (c10d if c10d.any() else coll)[inv]
+
+
+def _common_thread(threads: np.ndarray) -> int | None:
+    """The host thread most collectives were issued on (None: no collective)."""
+    if not threads.size:
+        return None
+    vals, counts = np.unique(threads, return_counts=True)
+    return int(vals[np.argmax(counts)])
 
 
 def _group_of(tags: Any) -> str:
