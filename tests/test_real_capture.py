@@ -186,6 +186,7 @@ def test_magic_reports_silent_fallbacks_from_op_tracking(magic_run: dict) -> Non
     assert "device=neuron:0" in magic_run["fallbacks"][0]["reason"]
     check = {t: (sev, msg, det) for t, sev, msg, det in magic_run["check"]}
     assert check["fallbacks"][0] == "error" and "aten::nll_loss_forward" in check["fallbacks"][2][0]
+    assert check["efficiency"][1].startswith("measured MFU")      # a measured run's figure is never "modeled"
 
 
 def test_magic_shows_compile_cache_figures_with_the_new_shape_line(magic_run: dict) -> None:

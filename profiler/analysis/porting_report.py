@@ -96,7 +96,8 @@ def porting_report(prof: Any) -> PortingReport:
     mfu = float(prof.mfu)
     items.append(CheckItem(
         "info" if mfu >= 0.3 else "warning", "efficiency",
-        f"modeled MFU {mfu * 100:.1f}% on {prof.summary.chip} ({prof.launches_per_step:.0f} launches per step)",
+        f"{'modeled' if prof.modeled_figures else 'measured'} MFU {mfu * 100:.1f}% on {prof.summary.chip} "
+        f"({prof.launches_per_step:.0f} launches per step)",
         "" if mfu >= 0.3 else "see the hot path: launch-bound ops want fusion (adaptive/compile), "
                              "memory-bound ops want fused kernels"))
     c = prof.cost()
