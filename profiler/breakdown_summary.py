@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS, WhatIfError
 from neuron_studio.profiler.hardware_summary import hardware_notes
 from neuron_studio.profiler.summary_numbers import finite_float
@@ -50,16 +52,15 @@ def what_if_block(prof: Any) -> dict[str, Any]:
         return {"rows": [], "note": str(exc)}
     rows = []
     for r in df.itertuples(index=False):
-        rows.append({"variant": r.variant, "mode": r.mode, "chip": r.chip, "kernel": r.kernel,
+        rows.append({"variant": r.variant, "kind": r.kind, "mode": r.mode, "chip": r.chip, "kernel": r.kernel,
                      "step_time_ns": finite_float(r.step_time_ns), "step_time_low_ns": finite_float(r.step_time_low_ns),
                      "step_time_high_ns": finite_float(r.step_time_high_ns), "speedup": finite_float(r.speedup),
                      "mfu": finite_float(r.mfu),
-                     "cost_per_1000_steps_usd": finite_float(r.cost_per_1000_steps_usd), "current": bool(r.current),
-                     "basis": r.basis, "run": r.run, "cell": r.cell})
-    # the change to make in the code (mode, kernel) on the chip profiled; other chips are for comparison
-    chip = next((r["chip"] for r in rows if r["current"]), None)
-    others = [r for r in rows if not r["current"] and r["step_time_ns"] and r["chip"] == chip]
-    best = min(others, key=lambda r: r["step_time_ns"], default=None)
+                     "cost_per_1m_steps_usd": finite_float(r.cost_per_1m_steps_usd), "current": bool(r.current),
+                     "basis": r.basis, "run": r.run, "where": r.where, "cell": r.cell,
+                     "rank": None if pd.isna(r.rank) else int(r.rank), "why_not": r.why_not})
+    # the advisor's first-ranked row (`what_if.rank_rows`): the change the breakdown's verdict names too
+    best = next((r for r in rows if r["rank"] == 1), None)
     return {"rows": rows, "best": None if best is None else best["variant"],
             "modeled": bool(prof.modeled_figures), "note": None, "cell": _profiled_cell(prof)}
 

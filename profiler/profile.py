@@ -53,6 +53,15 @@ class Cost:
     modeled: bool = True
 
     @property
+    def per_1m_steps_usd(self) -> float:
+        """Per million steps: the unit costs are shown in (a step costs fractions of a cent)."""
+        return self.per_step_usd * 1e6
+
+    @property
+    def h100_per_1m_steps_usd(self) -> float:
+        return self.h100_per_step_usd * 1e6
+
+    @property
     def ratio_vs_h100(self) -> float:
         return self.per_1000_steps_usd / self.h100_per_1000_steps_usd if self.h100_per_1000_steps_usd else float("nan")
 
@@ -101,7 +110,8 @@ class Profile:
         # identity of the ops frame they came from (a frame passed in from outside is never matched)
         self._mode_ops: dict[str, tuple[pd.DataFrame, str]] = {}
         self._remodel_columns: dict[int, tuple[pd.DataFrame, Any]] = {}
-        self._variants: dict[tuple[str, str], tuple[pd.DataFrame, _wi.Variant]] = {}
+        self._variants: dict[tuple[str, str, int], tuple[pd.DataFrame, _wi.Variant]] = {}
+        self._code_changes: list | None = None
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
         self.ops["region_splits"] = _regions.region_boundary_counts(device_run.groups, len(self.ops))
 
@@ -340,24 +350,35 @@ class Profile:
             basis="modeled device time" if self.modeled_figures else "measured device time",
             undetermined=undetermined, kinds=self.ops["kind"].to_numpy(dtype=object))
         fb = self.cpu_fallbacks()
-        speedups = None
-        launch = bd.part("launch")
-        if launch.share is not None and launch.share >= _bd.RECOMMEND_MIN_SHARE \
-                and len(self.trace.ops) <= _wi.REMODEL_MAX_OPS:
-            wi = self.what_if(chips=[self.summary.chip], kernels=False)
-            speedups = dict(zip(wi["mode"], wi["speedup"]))
         recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
                              hot=self.hot_path() if self.modeled_figures else (),
                              fallback_ops=fb.loc[fb["kind"] == "host_fallback", "op"].tolist() if len(fb) else (),
-                             mode_speedups=speedups)
+                             advice=self.advice())
         return dataclasses.replace(bd, recommendations=recs)
 
+    def advice(self) -> list[dict] | None:
+        """The what-if rows on the profiled chip in the advisor's ranking (`what_if.rank_rows`, best first), as the
+        breakdown's recommendations and the What if line both read them; None when the run is too large to
+        re-model inline (REMODEL_MAX_OPS) or cannot be re-modeled."""
+        if len(self.trace.ops) > _wi.REMODEL_MAX_OPS or self.hot_basis != _gaps.MODELED:
+            return None
+        try:
+            wi = self.what_if(chips=[self.summary.chip])
+        except _wi.WhatIfError:
+            return None
+        ranked = wi[wi["rank"].notna()].sort_values("rank")
+        addresses = {c.variant: c.addresses for c in self.code_changes()}
+        return [{**r, "addresses": addresses.get(r["variant"])} for r in ranked.to_dict("records")]
+
     def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,
-                kernels: bool | Sequence[str] = True) -> pd.DataFrame:
+                kernels: bool | Sequence[str] = True, changes: bool = True) -> pd.DataFrame:
         """The recorded ops re-modeled, without rerunning: each mode (eager / adaptive / compile) on each chip
-        (trn1 / trn2 / trn3), and each NKI kernel the hot path suggests swapped in (`kernels=False` for none, or
-        kernel names). Per step: modeled step time with its low/high range under the unmeasured assumptions,
-        MFU, cost per 1,000 steps, the `%%neuron` line (or kernel swap) that runs the variant for real, `cell`:
+        (trn1 / trn2 / trn3), each one-line PyTorch change that applies (fused optimizer, bf16 autocast, host syncs
+        out of the step; `changes=False` for none) and each NKI kernel the hot path suggests swapped in
+        (`kernels=False` for none, or kernel names). Per step: modeled step time with its low/high range under the
+        unmeasured assumptions, MFU, cost per million steps, the line that runs the variant for real (a
+        `%%neuron` line, the code line and `where` it goes, a kernel swap), `rank`: the advice order (1 first;
+        none for rows that are not advice, `why_not` says why), `cell`:
         for a profile of a `%%neuron` cell, the whole cell that runs it (the profiled cell with that change), and
         `basis`: how well the re-modeling is known (exact under the model, or approximate and why). The row
         with `current` True is this profile's own figures."""
@@ -384,7 +405,7 @@ class Profile:
         s, n, cost = self.summary, self.steps, self.cost()
         own = _wi.Variant(s.mode, s.chip, self.step_time_ns,
                           s.step_time_low_ns / n if s.step_time_high_ns > 0 else None,
-                          s.step_time_high_ns / n if s.step_time_high_ns > 0 else None, s.mfu, cost.per_1000_steps_usd)
+                          s.step_time_high_ns / n if s.step_time_high_ns > 0 else None, s.mfu, cost.per_1m_steps_usd)
         saves: list[dict] = []
         if kernels and self.modeled_figures:
             try:
@@ -396,10 +417,40 @@ class Profile:
         model = self._remodel_variant
         if measured:   # other chips: the measured step scaled by the model's ratio between the chips
             model = _wi.scaled_to(own, self._remodel_variant(self.trace.ops, s.mode, s.chip), self._remodel_variant)
+        meta = self.trace.meta
+        command = meta.get("cli_command") if isinstance(meta.get("cli_command"), list) else None
         return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
-                                 trace_ops=self.trace.ops, model=model, kernel_savings=saves, steps=n,
-                                 warmup=self.trace.meta.get("warmup"), measured=measured,
-                                 cell=self.trace.meta.get("cell"), run_id=self.run_id, ops_for=self._ops_for_mode)
+                                 trace_ops=self.trace.ops, model=model, kernel_savings=saves,
+                                 changes=self.code_changes() if changes and not measured else (), steps=n,
+                                 warmup=meta.get("warmup"), measured=measured, cell=meta.get("cell"),
+                                 run_id=self.run_id, ops_for=self._ops_for_mode, command=command,
+                                 compile_why_not=self._compile_why_not())
+
+    def code_changes(self) -> list:
+        """The one-line PyTorch changes that apply to this run (fused optimizer, bf16 autocast, host syncs out of the
+        step), each with the ops it would run (`analysis.code_changes`); built once."""
+        if self._code_changes is None:
+            from neuron_studio.profiler.analysis import code_changes as _cc
+
+            self._code_changes = _cc.code_changes(self.trace.ops, cell=self.trace.meta.get("cell"),
+                                                  run_id=self.run_id)
+        return self._code_changes
+
+    def _compile_why_not(self) -> str | None:
+        """Why torch.compile is not advice for this run (shapes that are not static), or None."""
+        from neuron_studio.profiler.analysis.code_changes import data_dependent_ops
+
+        dd = data_dependent_ops(self.trace.ops)
+        rc = int(self.trace.compiles["recompile"].sum()) if len(self.trace.compiles) else 0
+        if not dd and not rc:
+            return None
+        said = []
+        if dd:
+            said.append(f"data-dependent output shapes ({', '.join(dd[:4])})")
+        if rc:
+            said.append(f"{rc} recompile{'s' if rc != 1 else ''}")
+        return ("shapes are not static: " + " and ".join(said) + "; compile would break or recompile there "
+                "(pad inputs to a few bucket shapes, replace boolean masking/nonzero with torch.where first)")
 
     def _ops_for_mode(self, mode: str) -> tuple[pd.DataFrame, str]:
         """The recorded ops as the model sees them in `mode` (`what_if.ops_for_mode`), built once per mode."""
@@ -410,11 +461,11 @@ class Profile:
     def _remodel_variant(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
         """`_remodel`, once per (mode, chip) for the same ops frame: the advisor and the breakdown's
         recommendation ask for the same variants."""
-        hit = self._variants.get((mode, chip))
+        hit = self._variants.get((mode, chip, id(ops)))
         if hit is not None and hit[0] is ops:
             return hit[1]
         v = self._remodel(ops, mode, chip)
-        self._variants[(mode, chip)] = (ops, v)
+        self._variants[(mode, chip, id(ops))] = (ops, v)
         return v
 
     def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
@@ -436,7 +487,7 @@ class Profile:
         s, n = run.summary, self.steps
         rng = s.step_time_high_ns > 0
         return _wi.Variant(mode, s.chip, s.step_time_ns / n, s.step_time_low_ns / n if rng else None,
-                           s.step_time_high_ns / n if rng else None, s.mfu, s.cost_per_1000_steps_usd / n)
+                           s.step_time_high_ns / n if rng else None, s.mfu, s.cost_per_step_usd / n * 1e6)
 
     def cpu_fallbacks(self) -> pd.DataFrame:
         return _blockers.cpu_fallbacks(self.ops)

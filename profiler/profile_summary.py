@@ -126,6 +126,8 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "cost": {"chip": cost.chip, "per_step_usd": finite_float(cost.per_step_usd) if sized else None,
                  "per_1000_steps_usd": finite_float(cost.per_1000_steps_usd) if sized else None,
                  "h100_per_1000_steps_usd": finite_float(cost.h100_per_1000_steps_usd) if sized else None,
+                 "per_1m_steps_usd": finite_float(cost.per_1m_steps_usd) if sized else None,
+                 "h100_per_1m_steps_usd": finite_float(cost.h100_per_1m_steps_usd) if sized else None,
                  "price_per_hour_usd": finite_float(cost.price_per_hour_usd),
                  "h100_price_per_hour_usd": finite_float(cost.h100_price_per_hour_usd),
                  "h100_step_time_ns": finite_float(cost.h100_step_time_ns) if sized else None, "modeled": True},

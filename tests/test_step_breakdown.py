@@ -109,11 +109,14 @@ def test_eager_breakdown_adds_up_and_matches_plain_sums():
     rec = bd.recommendations[0]
     assert rec.category == "launch" and rec.tab == "optable"
     assert rec.text.startswith(f"{100 * parts['launch'] / prof.step_time_ns:.0f}% launch overhead")
-    wi = prof.what_if(chips=["trn2"], kernels=False).set_index("mode")["speedup"]
-    assert wi["adaptive"] > 1 and wi["compile"] > 1
-    best, other = sorted(("adaptive", "compile"), key=lambda m: -wi[m])
+    wi = prof.what_if(chips=["trn2"])
+    speed = wi[wi["kind"] == "mode"].set_index("mode")["speedup"]
+    assert speed["adaptive"] > 1 and speed["compile"] > 1
+    # the fix is the advisor's first-ranked row (the same row the What if line names), with its line
+    first = wi[wi["rank"] == 1].iloc[0]
     names = {"adaptive": "adaptive eager", "compile": "compile"}
-    assert rec.text.endswith(f"→ {names[best]} or {names[other]} ({names[best]} predicted {wi[best]:.1f}x faster: "
+    assert first["kind"] == "mode" and first["speedup"] == max(speed["adaptive"], speed["compile"])
+    assert rec.text.endswith(f"→ {names[first['mode']]}: {first['run']} (predicted {first['speedup']:.1f}x faster: "
                              "What if tab)")
     assert set(rec.ops) <= set(prof.op_table()["key"])
 
@@ -231,7 +234,7 @@ def test_launches_overlap_engines_and_compute_counts_them_once():
     assert bd.part("compute").ns < summed / prof.steps    # ... and the bar does not count them twice
 
 
-def test_compute_recommendation_names_the_top_engine_bound_hot_op_and_its_kernel():
+def test_compute_recommendation_names_the_ranked_change_never_an_unranked_kernel():
     from neuron_studio.profiler.analysis.hot_path import WHY, HotOp
 
     parts = [sb.BreakdownPart("compute", "engine compute", 80.0, 0.8)]
@@ -239,18 +242,31 @@ def test_compute_recommendation_names_the_top_engine_bound_hot_op_and_its_kernel
     launchy = HotOp("aten::add", "m", None, 1, 50, 0.5, "launch", WHY["launch"], "vector")
     mm = HotOp("aten::mm", "m.fc", "train.py:42", 1, 40, 0.4, "memory", WHY["memory"], "tensor",
                kernels=[{"kernel": "matmul_kernel", "kind": "candidate", "saving_ns": 12.0}])
-    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm])[0]
+    kernel_row = {"variant": "matmul_kernel for aten::mm", "kind": "kernel", "mode": "eager", "kernel": "matmul_kernel",
+                  "run": None, "speedup": 1.14}
+    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm], advice=[kernel_row])[0]
     assert rec.text == ("80% engine compute, most in aten::mm at train.py:42 (memory-bound) → NKI kernel "
-                        "matmul_kernel (the hot path shows its modeled saving)")
+                        "matmul_kernel (predicted 1.1x faster: What if tab)")
     assert (rec.tab, rec.ops) == ("hot", ["aten::mm"])
-    mm.kernels = []
-    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm])[0]
+    # a PyTorch change ranked above the kernel is named instead, with the line that applies it
+    fused = {"variant": "AdamW(fused=True)", "kind": "code", "mode": "eager", "speedup": 2.7,
+             "run": "opt = torch.optim.AdamW(model.parameters(), fused=True)", "addresses": ("launch", "compute")}
+    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm], advice=[fused, kernel_row])[0]
+    assert rec.text.endswith("→ AdamW(fused=True): opt = torch.optim.AdamW(model.parameters(), fused=True) "
+                             "(predicted 2.7x faster: What if tab)")
+    # the advisor ranked nothing: the general fix, not the hot path's unranked kernel candidate
+    rec = sb.recommend(bd, {}, mode="eager", hot=[launchy, mm], advice=[])[0]
     assert rec.text.endswith("(memory-bound) → HBM traffic dominates; fuse with neighbours or keep data in SBUF")
+    assert "matmul_kernel" not in rec.text
 
 
-def test_launch_fix_names_only_modes_predicted_faster():
-    assert sb._launch_fix("adaptive", {"eager": 0.2, "adaptive": 1.0, "compile": 0.7}).startswith(
-        "fewer sync points and graph breaks")
-    assert sb._launch_fix("eager", {"eager": 1.0, "adaptive": 1.02, "compile": 3.0}) == \
-        "compile (compile predicted 3.0x faster: What if tab)"
-    assert sb._launch_fix("eager", None) == "adaptive eager or compile"
+def test_launch_fix_without_a_ranked_row():
+    assert sb._launch_fix("adaptive", True).startswith("fewer sync points and graph breaks")
+    assert sb._launch_fix("eager", False) == "adaptive eager or compile"
+    parts = [sb.BreakdownPart("launch", "launch overhead", 80.0, 0.8)]
+    bd = sb.StepBreakdown("modeled device time", 100.0, parts, pd.DataFrame())
+    compile_row = {"variant": "compile on trn2", "kind": "mode", "mode": "compile", "speedup": 3.0,
+                   "run": "%%neuron --mode compile --chip trn2"}
+    rec = sb.recommend(bd, {}, mode="eager", launches_per_step=40, advice=[compile_row])[0]
+    assert rec.text == ("80% launch overhead (40 launches per step) → compile: %%neuron --mode compile --chip trn2 "
+                        "(predicted 3.0x faster: What if tab)")

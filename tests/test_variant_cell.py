@@ -152,7 +152,7 @@ def test_tutorial_01_adaptive_variant_measures_the_prediction(ip):
     assert row["run"] == row["cell"].split("\n", 1)[0]
     wi = prof.what_if(chips=["trn2"])
     assert wi["current"].iloc[0] and wi["cell"].iloc[0] is None     # the profile's own row has no variant cell
-    assert wi["cell"].iloc[1:].map(lambda c: isinstance(c, str)).all()
+    assert wi["cell"].iloc[1:].map(lambda c: isinstance(c, str)).all()   # modes and bf16 autocast: cell changes
     ran = _run(ip, row["cell"])
     assert (ran.trace.mode, ran.summary.chip, ran.trace.meta["name"]) == ("adaptive", "trn2", "first-step-adaptive-trn2")
     # the gradients the first run left make backward accumulate (a few more ops): inside the range, not equal
@@ -190,10 +190,17 @@ def test_every_row_cell_runs_its_mode_chip_and_kernel(ip):
     wi = prof.what_if(chips=["trn1", "trn2"])
     kernel_rows = wi[wi["kernel"].notna()]
     assert len(kernel_rows) and kernel_rows["cell"].notna().all()
+    assert wi.loc[(wi["kind"] != "code") & ~wi["current"], "cell"].notna().all()
     for r in wi[~wi["current"]].itertuples():
+        if r.kind == "code" and r.cell is None:   # a change outside the cell (where the optimizer is built)
+            assert r.where and r.run, r.variant
+            continue
         ran = _run(ip, r.cell)
         assert (ran.trace.mode, ran.summary.chip) == (r.mode, r.chip), r.variant
         names = set(ran.trace.ops["name"])
+        if r.variant == "bf16 autocast":   # the cell runs its forward matmuls in bf16
+            mm = ran.trace.ops[ran.trace.ops["name"].isin(["aten::mm", "aten::addmm", "aten::bmm"])]
+            assert len(mm) and mm["input_dtypes"].str.contains("bfloat16").all(), r.variant
         if isinstance(r.kernel, str):
             assert f"neuron_studio::{r.kernel.removesuffix('_kernel')}" in names, r.variant
             assert 'kernels.use(net, "' in r.cell and 'kernels.use(net, "' in r.run
@@ -215,4 +222,4 @@ def test_inline_html_shows_each_rows_line_and_cell_escaped_and_names_the_extensi
     assert f"<code class='runline' style='white-space:nowrap;user-select:all'>{adaptive['run']}</code>" in h
     assert adaptive["run"] == f"%%neuron --name lt-adaptive-trn2 --mode adaptive --chip trn2 --compare {prof.run_id}"
     assert "the Neuron Studio extension adds “Insert &amp; run” buttons" in h
-    assert h.count("<details class='runcell'>") == sum(1 for r in s["what_if"]["rows"] if not r["current"])
+    assert h.count("<details class='runcell'>") == sum(1 for r in s["what_if"]["rows"] if not r["current"] and r["cell"])

@@ -84,10 +84,13 @@ def _best(s: dict) -> dict[str, Any] | None:
 
 
 def what_if_view(s: dict) -> dict[str, Any]:
-    """The advisor's rows for the table (current row first), or the note saying why there are none."""
+    """The advisor's rows for the table (current row first, then the advice in its ranking, then the rest by step
+    time), or the note saying why there are none."""
     w = s.get("what_if") if isinstance(s.get("what_if"), dict) else {}
     rows = [dict(r) for r in w.get("rows") or [] if isinstance(r, dict)]
-    rows.sort(key=lambda r: (not r.get("current"), as_number(r.get("step_time_ns")) or float("inf")))
+    rank = {id(r): as_number(r.get("rank")) for r in rows}
+    rows.sort(key=lambda r: (not r.get("current"), rank[id(r)] is None, rank[id(r)] or 0,
+                             as_number(r.get("step_time_ns")) or float("inf")))
     reasons = []
     for r in rows:
         sp = as_number(r.get("speedup"))
@@ -99,7 +102,8 @@ def what_if_view(s: dict) -> dict[str, Any]:
         note = f"{r['basis_label']}: {basis}"
         if not r.get("current") and note not in reasons:
             reasons.append(note)
-    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons,
+    chip = next((r.get("chip") for r in rows if r.get("current")), None)
+    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons, "chip": chip,
             "has_cells": any(r.get("cell") and not r.get("current") for r in rows)}
 
 

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes as _bytes
+from neuron_studio.profiler.summary_numbers import usd_text
 
 __all__ = ["fmt_ns", "fmt_bytes", "fmt_count", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename", "as_number"]
 
@@ -60,8 +61,9 @@ def fmt_signed_pct(v: Any) -> str:
 
 
 def fmt_usd(v: Any) -> str:
+    """Dollars to 3 significant digits, plain decimals (`usd_text`)."""
     f = as_number(v)
-    return _shown(v) if f is None else f"${f:.4g}"
+    return _shown(v) if f is None else usd_text(f)
 
 
 def fmt_sci(v: Any) -> str:

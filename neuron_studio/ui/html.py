@@ -151,8 +151,8 @@ def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
         ("host time/step", fmt_ns(s.get("host_time_ns"))),
         ("MFU", fmt_pct(s.get("mfu"))), ("MBU", fmt_pct(s.get("mbu"))),
         ("launches/step", fmt_sci(s.get("launches"))),
-        (f"cost / 1k steps ({cost.get('chip') or ''})", fmt_usd(cost.get("per_1000_steps_usd"))),
-        ("H100 / 1k steps", fmt_usd(cost.get("h100_per_1000_steps_usd"))),
+        (f"cost / 1M steps ({cost.get('chip') or ''}, modeled)", fmt_usd(cost.get("per_1m_steps_usd"))),
+        ("H100 / 1M steps (modeled)", fmt_usd(cost.get("h100_per_1m_steps_usd"))),
     ] + ([("peak device memory", memory_line(s["memory"]))] if isinstance(s.get("memory"), dict) and s["memory"]
          else [])
 

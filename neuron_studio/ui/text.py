@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_studio.ui.breakdown_html import prediction_text
-from neuron_studio.ui.formatting import fmt_ns, fmt_pct
+from neuron_studio.ui.formatting import fmt_ns, fmt_pct, fmt_usd
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
 __all__ = ["render_text", "render_ranks_text", "breakdown_lines"]
@@ -29,7 +29,7 @@ def _run_label(s: dict) -> str:
 
 
 def _usd(v: Any) -> str:
-    return "unavailable" if v is None else f"${float(v):.4g}"
+    return "unavailable" if v is None else fmt_usd(v)
 
 
 def _gpu_lines(s: dict, top: int) -> list[str]:
@@ -47,8 +47,8 @@ def _gpu_lines(s: dict, top: int) -> list[str]:
     if isinstance(v, dict):
         trn = fmt_ns(v["trainium_step_ns"]) if v.get("trainium_step_ns") is not None else "not modeled"
         lines.append(f"  same job on {v.get('chip')} (modeled): step {trn} vs {v.get('gpu') or 'GPU'} "
-                     f"{fmt_ns(v.get('gpu_step_ns'))} measured; per 1,000 steps "
-                     f"{_usd(v.get('trainium_per_1000_steps_usd'))} vs {_usd(v.get('gpu_per_1000_steps_usd'))}")
+                     f"{fmt_ns(v.get('gpu_step_ns'))} measured; per 1M steps "
+                     f"{_usd(v.get('trainium_per_1m_steps_usd'))} vs {_usd(v.get('gpu_per_1m_steps_usd'))}")
         for i in (v.get("port_issues") or [])[:top]:
             lines.append(f"    port would hit: {i.get('op')} x{i.get('count')}: {i.get('why')}")
         for n in v.get("notes") or []:
@@ -71,11 +71,8 @@ def render_text(s: dict, *, top: int = 5) -> str:
                  f"recompiles {b.get('recompiles', 0)}")
     c = s.get("cost") or {}
     if c:
-        def usd(v: Any) -> str:
-            return "unavailable" if v is None else f"${float(v):.4g}"
-
-        lines.append(f"  cost / 1,000 steps (modeled): {c.get('chip')} {usd(c.get('per_1000_steps_usd'))}"
-                     f"   H100 {usd(c.get('h100_per_1000_steps_usd'))}")
+        lines.append(f"  cost / 1M steps (modeled): {c.get('chip')} {_usd(c.get('per_1m_steps_usd'))}"
+                     f"   H100 {_usd(c.get('h100_per_1m_steps_usd'))}")
     mem = s.get("memory")
     if isinstance(mem, dict) and mem:
         lines.append(f"  memory: {memory_line(mem)}")

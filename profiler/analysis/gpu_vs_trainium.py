@@ -76,6 +76,9 @@ class GpuVsTrainium:
             "gpu_busy_ns": self.gpu_busy_ns, "trainium_step_ns": self.trainium_step_ns,
             "gpu_per_1000_steps_usd": self.gpu_per_1000_steps_usd,
             "trainium_per_1000_steps_usd": self.trainium_per_1000_steps_usd,
+            "gpu_per_1m_steps_usd": None if self.gpu_per_1000_steps_usd is None else self.gpu_per_1000_steps_usd * 1000,
+            "trainium_per_1m_steps_usd": (None if self.trainium_per_1000_steps_usd is None
+                                          else self.trainium_per_1000_steps_usd * 1000),
             "gpu_price_per_hour_usd": self.gpu_price_per_hour_usd, "gpu_price_source": self.gpu_price_source,
             "trainium_price_per_hour_usd": self.trainium_price_per_hour_usd,
             "sized_gpu_share": self.sized_gpu_share, "ops": rows, "port_issues": self.port_issues[:top],

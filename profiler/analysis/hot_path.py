@@ -5,6 +5,7 @@ kernel matches (runs_as / candidate with file and line) for each hot op.
 """
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
@@ -13,7 +14,7 @@ import pandas as pd
 
 from neuron_studio.profiler.analysis.group_mode import most_common
 
-__all__ = ["HotOp", "hot_path", "attach_savings", "WHY"]
+__all__ = ["HotOp", "hot_path", "attach_savings", "can_change", "WHY"]
 
 WHY = {
     "compute": "compute-bound: the Tensor/Vector engine is the limit; a better kernel (tiling, FP8, fusion) helps",
@@ -72,9 +73,21 @@ def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
                     device_ns=int(r.device_ns), share=float(r.device_ns) / total, bound=r.bound,
                     why=WHY.get(r.bound, r.bound), engine=r.engine)
         if kernel_lookup is not None:
-            hot.kernels = kernel_lookup(r.op, r.module)
+            hot.kernels = [k for k in kernel_lookup(r.op, r.module) if can_change(k, r.op, r.bound)]
         out.append(hot)
     return out
+
+
+def can_change(match: dict, op: str, bound: str) -> bool:
+    """Whether a kernel match can change what bounds the op: a kernel that runs the op already always counts; a
+    candidate replacing one op helps a compute-, memory-bound or CPU-fallback op, never a launch-bound one (one
+    launch replaces one launch); a module-level kernel (RMSNorm, gated MLP, attention, fused Adam) replaces many
+    launches with one, so it helps launch-bound ops too."""
+    if match.get("kind") != "candidate":
+        return True
+    if bound in ("compute", "memory", "fallback"):
+        return True
+    return bound == "launch" and not fnmatch.fnmatchcase(op, str(match.get("pattern") or ""))
 
 
 def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
@@ -117,7 +130,9 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             if pattern.startswith("aten::") or not h.module:
                 sel = (op_col == h.op) & (module_col == h.module)
                 fused = factor * _roofline_ns(float(flops_col[sel].sum()), float(bytes_col[sel].sum()), roofs)
-                k["saving_ns"] = float(max(0.0, float(device_col[sel].sum()) - fused))
+                spent = float(device_col[sel].sum())
+                k["saving_ns"] = float(min(spent, max(0.0, spent - fused)))
+                k["replaces_ns"] = spent
                 k["scope"] = "op"
                 continue
             prefix = _module_for_pattern(h.module, k)
@@ -138,7 +153,8 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             fused = sum(factor * _roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns
                         for s, e in zip(starts, ends))
             spent = float(device_col[rows].sum()) + (float(launch_col[rows].sum()) if has_launch else 0.0)
-            k["saving_ns"] = float(max(0.0, spent - fused))
+            k["saving_ns"] = float(min(spent, max(0.0, spent - fused)))
+            k["replaces_ns"] = spent
             k["scope"] = f"module {prefix}"
 
 

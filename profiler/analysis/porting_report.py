@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuron_studio.profiler.summary_numbers import usd_text
+
 __all__ = ["CheckItem", "PortingReport", "porting_report"]
 
 _UNSUPPORTED_DTYPES = {
@@ -102,8 +104,8 @@ def porting_report(prof: Any) -> PortingReport:
                              "memory-bound ops want fused kernels"))
     c = prof.cost()
     items.append(CheckItem(
-        "info", "cost", f"modeled cost per 1,000 steps: ${c.per_1000_steps_usd:.4f} on {c.chip} vs "
-                        f"${c.h100_per_1000_steps_usd:.4f} on H100 (x{c.ratio_vs_h100:.2f})",
+        "info", "cost", f"modeled cost per 1M steps: {usd_text(c.per_1m_steps_usd)} on {c.chip} vs "
+                        f"{usd_text(c.h100_per_1m_steps_usd)} on H100 (x{c.ratio_vs_h100:.2f})",
         "an estimate from public prices and the performance model, not a measurement"))
     order = {"error": 0, "warning": 1, "info": 2, "ok": 3}
     items.sort(key=lambda i: order.get(i.severity, 9))

@@ -26,7 +26,8 @@ from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
 __all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommendation", "StepBreakdown",
            "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown", "host_breakdown",
-           "unavailable_breakdown", "recommend", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE", "MAX_RECOMMENDATIONS"]
+           "unavailable_breakdown", "recommend", "advice_text", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE",
+           "MAX_RECOMMENDATIONS"]
 
 #: Priority order: an instant in several categories counts for the first. "idle" is what none covers.
 CATEGORIES = ("compute", "collective", "fallback", "sync", "transfer", "launch")
@@ -366,34 +367,56 @@ def _top(rows: RowCategories, k: int = 5) -> list[tuple[str, str | None, float]]
 
 
 _MODE_NAMES = {"eager": "eager", "adaptive": "adaptive eager", "compile": "compile"}
-#: A mode counts as a fix for launch overhead when the what-if advisor predicts it at least this much faster.
-MIN_SPEEDUP = 1.05
+#: The breakdown categories each kind of what-if row shrinks (a code change names its own).
+_ADDRESSES = {"mode": ("launch", "sync"), "kernel": ("compute", "fallback")}
 
 
-def _launch_fix(mode: str, speedups: dict[str, float] | None) -> str:
-    """What removes launch overhead: the modes the what-if advisor predicts faster (best first), or, without
-    a prediction, the modes that launch less than `mode`."""
-    if speedups is None:
-        return {"eager": "adaptive eager or compile", "adaptive": "compile (one launch per graph)",
-                "compile": "fewer graph breaks and sync points (one launch per graph)"}.get(mode, "fuse ops")
-    faster = sorted(((sp, m) for m, sp in speedups.items() if m != mode and sp >= MIN_SPEEDUP), reverse=True)
-    if not faster:
-        return ("fewer sync points and graph breaks, so that each launch does more work (no other mode is "
-                "predicted faster here: What if tab)")
-    names = " or ".join(_MODE_NAMES.get(m, m) for _, m in faster)
-    sp, m = faster[0]
-    return f"{names} ({_MODE_NAMES.get(m, m)} predicted {sp:.1f}x faster: What if tab)"
+def advice_text(row: dict) -> str:
+    """A ranked what-if row as the fix a recommendation names: the change, the line that applies it, the speedup."""
+    sp = f"predicted {float(row['speedup']):.1f}x faster: What if tab"
+    run = row.get("run")
+    if row.get("kind") == "mode":
+        name = _MODE_NAMES.get(str(row.get("mode")), str(row.get("mode")))
+    elif row.get("kind") == "kernel":
+        name = f"NKI kernel {row.get('kernel')}"
+    else:
+        name = str(row.get("variant"))
+    return f"{name}: {run} ({sp})" if run else f"{name} ({sp})"
+
+
+def _addresses(row: dict) -> tuple[str, ...]:
+    return tuple(row.get("addresses") or _ADDRESSES.get(str(row.get("kind")), ()))
 
 
 def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, launches_per_step: float | None = None,
               hot: Sequence[Any] = (), fallback_ops: Sequence[str] = (),
-              mode_speedups: dict[str, float] | None = None) -> list[Recommendation]:
+              advice: Sequence[dict] | None = None) -> list[Recommendation]:
     """The one or two changes the breakdown implies (categories at or above RECOMMEND_MIN_SHARE, largest
-    first), each naming the fix and the rows that justify it. `mode_speedups` (mode -> predicted speedup on
-    this chip, from the what-if advisor) decides which mode a launch-overhead recommendation names."""
+    first), each naming the fix and the rows that justify it.
+
+    `advice`: the what-if advisor's rows in its ranking (`what_if.rank_rows`, best first; dicts with kind, mode,
+    variant, run, speedup, and for a code change the categories it `addresses`). The largest category's fix is the
+    first-ranked row, so the bar's verdict and the What if line name the same change; a later category names the
+    best-ranked row that shrinks it. Without a ranked row a category gets the general fix (never an NKI kernel
+    the advisor did not rank)."""
     out: list[Recommendation] = []
+    computed = advice is not None
+    advice = list(advice or [])
+    used: set[str] = set()
     ranked = sorted((p for p in bd.parts if p.determined and p.share is not None and p.key != "idle"),
                     key=lambda p: -p.share)
+
+    def ranked_fix(category: str) -> str | None:
+        pick = None
+        if not out and advice:
+            pick = advice[0]
+        else:
+            pick = next((a for a in advice if a["variant"] not in used and category in _addresses(a)), None)
+        if pick is None:
+            return None
+        used.add(pick["variant"])
+        return advice_text(pick)
+
     for p in ranked:
         if p.share < RECOMMEND_MIN_SHARE or len(out) >= MAX_RECOMMENDATIONS:
             break
@@ -401,31 +424,41 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         top = _top(rows[p.key]) if p.key in rows else []
         ops = list(dict.fromkeys(op for op, _, _ in top))
         op, src = (top[0][0], top[0][1]) if top else ("", None)
+        fix = ranked_fix(p.key)
         if p.key == "launch":
             n = f" ({launches_per_step:.0f} launches per step)" if launches_per_step else ""
-            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {_launch_fix(mode, mode_speedups)}",
+            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {fix or _launch_fix(mode, computed)}",
                                       "optable", ops))
         elif p.key == "fallback":
             tab = "fallbacks" if op in set(fallback_ops) else "optable"
-            how = ("a device lowering or an NKI kernel for it" if tab == "fallbacks"
-                   else "its random mask is drawn on the host: drop dropout here or draw masks on the device")
+            how = fix or ("a device lowering or an NKI kernel for it" if tab == "fallbacks"
+                          else "its random mask is drawn on the host: drop dropout here or draw masks on the device")
             out.append(Recommendation(p.key, p.share, f"{pct} CPU fallback in {op}{_where(src)} → {how}", tab, ops))
         elif p.key == "sync":
-            out.append(Recommendation(p.key, p.share, f"{pct} sync stalls in {op}{_where(src)} → move .item() / "
-                                      ".cpu() / printing out of the step (or do it every N steps)", "syncs", ops))
+            how = fix or "move .item() / .cpu() / printing out of the step (or do it every N steps)"
+            out.append(Recommendation(p.key, p.share, f"{pct} sync stalls in {op}{_where(src)} → {how}", "syncs", ops))
         elif p.key == "transfer":
-            out.append(Recommendation(p.key, p.share, f"{pct} host↔device transfers in {op}{_where(src)} → create "
-                                      "tensors on the device and keep them there", "optable", ops))
+            how = fix or "create tensors on the device and keep them there"
+            out.append(Recommendation(p.key, p.share, f"{pct} host↔device transfers in {op}{_where(src)} → {how}",
+                                      "optable", ops))
         elif p.key == "collective":
-            out.append(Recommendation(p.key, p.share, f"{pct} collectives in {op} → overlap communication with "
-                                      "compute (DDP bucket size, FSDP prefetch) or shard less", "optable", ops))
+            how = fix or "overlap communication with compute (DDP bucket size, FSDP prefetch) or shard less"
+            out.append(Recommendation(p.key, p.share, f"{pct} collectives in {op} → {how}", "optable", ops))
         elif p.key == "compute":
             h = next((h for h in hot if h.bound in ("compute", "memory")), None)   # engine-bound work
-            if h is None:
+            if h is None and fix is None:
                 continue
-            k = next((k for k in h.kernels if k.get("saving_ns") and k.get("kind") == "candidate"), None)
-            fix = (f"NKI kernel {k.get('kernel')} (the hot path shows its modeled saving)" if k is not None
-                   else str(getattr(h, "why", "") or "see the hot path").partition(": ")[2] or "see the hot path")
-            out.append(Recommendation(p.key, p.share, f"{pct} engine compute, most in {h.op}{_where(h.source)} "
-                                      f"({h.bound}-bound) → {fix}", "hot", [h.op]))
+            where = f", most in {h.op}{_where(h.source)} ({h.bound}-bound)" if h is not None else ""
+            general = str(getattr(h, "why", "") or "").partition(": ")[2] or "see the hot path"
+            out.append(Recommendation(p.key, p.share, f"{pct} engine compute{where} → {fix or general}",
+                                      "hot", [h.op] if h is not None else ops))
     return out
+
+
+def _launch_fix(mode: str, remodeled: bool) -> str:
+    """Launch overhead with no ranked row for it: what would remove it, said as a general fix."""
+    if remodeled:   # the advisor re-modeled the modes and none is predicted faster
+        return ("fewer sync points and graph breaks, so that each launch does more work (no other mode is "
+                "predicted faster here: What if tab)")
+    return {"eager": "adaptive eager or compile", "adaptive": "compile (one launch per graph)",
+            "compile": "fewer graph breaks and sync points (one launch per graph)"}.get(mode, "fuse ops")

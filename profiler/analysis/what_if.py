@@ -23,7 +23,8 @@ import pandas as pd
 
 from neuron_studio.profiler.analysis import variant_cell as _vc
 
-__all__ = ["WhatIfError", "Variant", "synthetic_graphs", "ops_for_mode", "what_if_frame", "run_line", "kernel_savings",
+__all__ = ["WhatIfError", "Variant", "rank_rows", "MIN_SPEEDUP", "KINDS", "synthetic_graphs", "ops_for_mode",
+           "what_if_frame", "run_line", "kernel_savings",
            "COLUMNS", "REMODEL_MAX_OPS", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
@@ -39,8 +40,17 @@ APPROX_DECOMPOSED = ("re-modeled, approximate: the compiled graphs' decomposed o
 APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kernel model at a reference call) "
                  "subtracted from this profile's step")
 
-COLUMNS = ["variant", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns", "speedup",
-           "mfu", "cost_per_1000_steps_usd", "current", "basis", "run", "cell"]
+COLUMNS = ["variant", "kind", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns",
+           "speedup", "mfu", "cost_per_1m_steps_usd", "current", "basis", "run", "where", "cell", "advisable",
+           "why_not", "rank"]
+
+#: What a row changes, from the smallest edit to the largest: the ranking breaks ties (at the speedup shown, one
+#: decimal) towards the smaller change.
+KINDS = ("profile", "code", "mode", "chip", "kernel")
+_EFFORT = {"code": 0, "mode": 1, "kernel": 3}
+_MODE_EFFORT = {"eager": 0, "adaptive": 1, "compile": 2}
+#: A row counts as advice when it is predicted at least this much faster than the profile.
+MIN_SPEEDUP = 1.05
 
 
 #: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request):
@@ -62,7 +72,7 @@ class Variant:
     low_ns: float | None
     high_ns: float | None
     mfu: float
-    cost_per_1000_steps_usd: float
+    cost_per_1m_steps_usd: float
 
 
 def synthetic_graphs(trace_ops: pd.DataFrame) -> np.ndarray:
@@ -157,28 +167,36 @@ def scaled_to(own: Variant, modeled_own: Variant, model: Callable[[pd.DataFrame,
         v = model(ops, mode, chip)
         return Variant(v.mode, v.chip, v.step_time_ns * k, None if v.low_ns is None else v.low_ns * k,
                        None if v.high_ns is None else v.high_ns * k, v.mfu / k if k else float("nan"),
-                       v.cost_per_1000_steps_usd * k)
+                       v.cost_per_1m_steps_usd * k)
 
     return scaled
 
 
-def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None = None) -> str:
-    """The `%%neuron` line that runs this variant for real."""
-    line = f"%%neuron --mode {mode} --chip {chip}"
+def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None = None,
+             command: Sequence[str] | None = None) -> str:
+    """The line that runs this variant for real: a `%%neuron` line, or for a script run (`command`: the command
+    `neuron-studio run` launched) the `neuron-studio run` command line."""
+    opts = f"--mode {mode} --chip {chip}"
     if steps:
-        line += f" --steps {int(steps)}"
+        opts += f" --steps {int(steps)}"
     if warmup is not None:
-        line += f" --warmup {int(warmup)}"
-    return line
+        opts += f" --warmup {int(warmup)}"
+    if command:
+        import shlex
+
+        return f"neuron-studio run {opts} -- {shlex.join(command)}"
+    return f"%%neuron {opts}"
 
 
-def _row(v: Variant, *, variant: str, kernel: str | None, current_ns: float, current: bool, basis: str,
-         run: str | None, cell: str | None = None) -> dict[str, Any]:
-    return {"variant": variant, "mode": v.mode, "chip": v.chip, "kernel": kernel, "step_time_ns": v.step_time_ns,
-            "step_time_low_ns": v.low_ns, "step_time_high_ns": v.high_ns,
+def _row(v: Variant, *, variant: str, kind: str, kernel: str | None, current_ns: float, current: bool, basis: str,
+         run: str | None, cell: str | None = None, where: str | None = None, why_not: str | None = None
+         ) -> dict[str, Any]:
+    return {"variant": variant, "kind": kind, "mode": v.mode, "chip": v.chip, "kernel": kernel,
+            "step_time_ns": v.step_time_ns, "step_time_low_ns": v.low_ns, "step_time_high_ns": v.high_ns,
             "speedup": current_ns / v.step_time_ns if v.step_time_ns > 0 else float("nan"),
-            "mfu": v.mfu, "cost_per_1000_steps_usd": v.cost_per_1000_steps_usd, "current": current, "basis": basis,
-            "run": run, "cell": cell}
+            "mfu": v.mfu, "cost_per_1m_steps_usd": v.cost_per_1m_steps_usd, "current": current, "basis": basis,
+            "run": run, "where": where, "cell": cell, "advisable": why_not is None and not current, "why_not": why_not,
+            "rank": None}
 
 
 def _variant(cell: dict | None, run: str | None, run_id: Any) -> tuple[str | None, str | None]:
@@ -199,16 +217,21 @@ def _variant(cell: dict | None, run: str | None, run_id: Any) -> tuple[str | Non
 
 def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], recorded_mode: str,
                   trace_ops: pd.DataFrame, model: Callable[[pd.DataFrame, str, str], Variant],
-                  kernel_savings: Sequence[dict] = (), steps: int | None = None, warmup: int | None = None,
-                  measured: bool = False, cell: dict | None = None, run_id: Any = None,
-                  ops_for: Callable[[str], tuple[pd.DataFrame, str]] | None = None) -> pd.DataFrame:
-    """One row per (mode, chip) plus one per kernel saving; `own` is the profile's own figures (its row).
+                  kernel_savings: Sequence[dict] = (), changes: Sequence[Any] = (), steps: int | None = None,
+                  warmup: int | None = None, measured: bool = False, cell: dict | None = None, run_id: Any = None,
+                  ops_for: Callable[[str], tuple[pd.DataFrame, str]] | None = None,
+                  command: Sequence[str] | None = None, compile_why_not: str | None = None) -> pd.DataFrame:
+    """One row per (mode, chip), one per PyTorch code change, one per kernel saving; `own` is the profile's own
+    figures (its row); `rank` orders the advice (`rank_rows`).
 
-    `model(ops, mode, chip)` re-models ops; `kernel_savings` are dicts with kernel, op, saving_ns (per step)
-    and run (the swap snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each
-    row's `run` the profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which
-    diffs against run `run_id`. `ops_for(mode)` gives `ops_for_mode(trace_ops, recorded_mode, mode)` (default:
-    computed here, once per mode; a caller may keep them across calls)."""
+    `model(ops, mode, chip)` re-models ops; `changes` are `code_changes.CodeChange`s (re-modeled in the profile's
+    own mode on its chip); `kernel_savings` are dicts with kernel, op, saving_ns (per step) and run (the swap
+    snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each row's `run` the
+    profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which diffs against run
+    `run_id`; `command` (a `neuron-studio run` script run) makes mode rows `neuron-studio run` command lines.
+    `compile_why_not` (shapes are not static) keeps compile rows out of the advice, saying why. `ops_for(mode)`
+    gives `ops_for_mode(trace_ops, recorded_mode, mode)` (default: computed here, once per mode; a caller may
+    keep them across calls)."""
     if ops_for is None:
         per_mode: dict[str, tuple[pd.DataFrame, str]] = {}
 
@@ -220,20 +243,30 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
     for mode in modes:
         for chip in chips:
             if mode == own.mode and chip == own.chip:
-                own_line = run_line(mode, chip, steps, warmup)
+                own_line = run_line(mode, chip, steps, warmup, command)
                 if cell and isinstance(cell.get("source"), str):
                     opts, _ = _vc.split_cell(cell["source"])
                     own_line = f"{_vc.MAGIC} {opts}".rstrip() if opts is not None else own_line
-                rows.append(_row(own, variant="this profile", kernel=None, current_ns=own.step_time_ns,
+                rows.append(_row(own, variant="this profile", kind="profile", kernel=None, current_ns=own.step_time_ns,
                                  current=True, basis=MEASURED if measured else PROFILE, run=own_line))
                 continue
             ops, basis = ops_for(mode)
             basis = SCALED if measured else basis
             v = model(ops, mode, chip)
             name = f"{mode} on {chip}"
-            line, new = _variant(cell, run_line(mode, chip, steps, warmup), run_id)
-            rows.append(_row(v, variant=name, kernel=None, current_ns=own.step_time_ns, current=False, basis=basis,
-                             run=line, cell=new))
+            line, new = _variant(None if command else cell, run_line(mode, chip, steps, warmup, command), run_id)
+            why = None
+            if chip != own.chip:
+                why = f"another chip (the profile ran on {own.chip}): for comparison"
+            elif mode == "compile" and recorded_mode != "compile" and compile_why_not:
+                why = compile_why_not
+            rows.append(_row(v, variant=name, kind="chip" if chip != own.chip else "mode", kernel=None,
+                             current_ns=own.step_time_ns, current=False, basis=basis, run=line, cell=new, why_not=why))
+    if not measured:
+        for c in changes:
+            v = model(c.ops, own.mode, own.chip)
+            rows.append(_row(v, variant=c.variant, kind="code", kernel=None, current_ns=own.step_time_ns,
+                             current=False, basis=c.basis, run=c.line, where=c.where, cell=c.cell))
     for k in kernel_savings:
         saving = float(k["saving_ns"])
         new = max(own.step_time_ns - saving, 0.0)
@@ -241,11 +274,36 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
         v = Variant(own.mode, own.chip, new,
                     None if own.low_ns is None else max(own.low_ns - saving, 0.0),
                     None if own.high_ns is None else max(own.high_ns - saving, 0.0),
-                    own.mfu / scale if scale > 0 else float("nan"), own.cost_per_1000_steps_usd * scale)
+                    own.mfu / scale if scale > 0 else float("nan"), own.cost_per_1m_steps_usd * scale)
         line, new = _variant(cell, k.get("run"), run_id)
-        rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kernel=str(k["kernel"]),
+        rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kind="kernel", kernel=str(k["kernel"]),
                          current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=line, cell=new))
     df = pd.DataFrame(rows, columns=COLUMNS)
-    for col in ("kernel", "run", "cell"):   # missing stays None (pandas makes a None in a str column's first row NaN)
+    for col in ("kernel", "run", "where", "cell", "why_not"):   # missing stays None (pandas: NaN in a str column)
         df[col] = df[col].astype(object).where(df[col].notna(), None)
+    df["rank"] = rank_rows(df)
     return df
+
+
+def _effort(kind: str, mode: str) -> int:
+    return _EFFORT.get(kind, 9) + (_MODE_EFFORT.get(mode, 0) if kind == "mode" else 0)
+
+
+def rank_rows(df: pd.DataFrame) -> pd.Series:
+    """The advice order (1 = do this first) of advisable rows predicted at least MIN_SPEEDUP faster, else <NA>.
+
+    The one ranking both the step-time bar's verdict and the What if line read: fastest first at the precision the
+    speedup is shown (one decimal); a tie goes to the smaller change (a PyTorch line, then adaptive eager, then
+    compile, then an NKI kernel), then to the faster row, then by name."""
+    out = pd.Series(pd.NA, index=df.index, dtype="Int64")
+    ok = df["advisable"].astype(bool) & (df["speedup"].astype(float) >= MIN_SPEEDUP)
+    cand = df[ok]
+    if not len(cand):
+        return out
+    key = pd.DataFrame({"shown": -cand["speedup"].astype(float).round(1),
+                        "effort": [_effort(k, m) for k, m in zip(cand["kind"], cand["mode"])],
+                        "exact": -cand["speedup"].astype(float), "name": cand["variant"].astype(str)},
+                       index=cand.index)
+    order = key.sort_values(["shown", "effort", "exact", "name"], kind="stable").index
+    out.loc[order] = np.arange(1, len(order) + 1)
+    return out

@@ -1,0 +1,325 @@
+"""The one-line PyTorch changes a user makes before any NKI kernel, each as the recorded ops would run with it.
+
+The what-if advisor re-models each change's ops with the NeuronCore model, like a mode or a chip, so its row is a
+prediction from this trace, not a rule of thumb. Each change names the exact line that applies it and, when the
+change is inside the profiled `%%neuron` cell, the whole new cell. The rewrites follow what PyTorch itself runs:
+
+- fused optimizer (`torch.optim.AdamW(..., fused=True)`; Adam, AdamW, SGD, Adagrad have fused kernels): the
+  optimizer's per-parameter (or `_foreach_*`) ops of one step become the ops the emulator records for a fused
+  optimizer step: one `_foreach_add_` of the step counters (Adam family) and one `_fused_<opt>_` over the
+  parameter, gradient and state lists (torch/optim/adamw.py `_fused_adamw`, torch 2.13);
+- bf16 autocast (`torch.autocast("neuron", dtype=torch.bfloat16)`): FP32 matmuls/convolutions of the forward and
+  the backward run at the Tensor Engine's BF16 rate with half the bytes, each preceded by a cast of its FP32
+  inputs (autocast's lower-precision op list, torch/amp/autocast_mode.py; its backward runs in the forward's dtype);
+  other ops keep their dtype (a lower bound of the gain: their BF16 inputs would halve their bytes too);
+- host syncs out of the step (`.item()`, `.cpu()`, printing): those ops removed, so the step no longer waits for
+  the device there and adaptive eager / compile no longer split at them.
+
+Pure: DataFrames in, dataclasses out.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from neuron_studio.profiler.model.ops import DTYPE_BF16, DTYPE_FP32, classify_engine, shape_stats
+
+__all__ = ["CodeChange", "code_changes", "fused_optimizer", "autocast_bf16", "host_syncs", "FUSED_OPTIMIZERS",
+           "AUTOCAST_LINE", "data_dependent_ops"]
+
+#: Optimizers with a fused implementation in torch 2.13: the op their fused step records, and whether it keeps
+#: per-parameter step counters on the device (one `_foreach_add_` of them per step).
+FUSED_OPTIMIZERS = {"Adam": ("aten::_fused_adam_", True), "AdamW": ("aten::_fused_adamw_", True),
+                    "SGD": ("aten::_fused_sgd_", False), "Adagrad": ("aten::_fused_adagrad_", True)}
+AUTOCAST_LINE = 'with torch.autocast("neuron", dtype=torch.bfloat16):'
+#: Host syncs a one-line change removes (data-dependent shapes and the profiler's own timing sync are not).
+_MOVABLE_SYNCS = ("item", "to_host", "print")
+
+FUSED_BASIS = ("re-modeled, approximate: the optimizer's ops of each step replaced by the ops a fused optimizer "
+               "step records (one launch over all parameters, reading and writing each tensor once)")
+AUTOCAST_BASIS = ("re-modeled, approximate: FP32 matmuls/convolutions (forward and backward) at the BF16 Tensor "
+                  "Engine rate with half the bytes, plus one cast of each FP32 input of a forward matmul; other "
+                  "ops keep FP32 (their gain is not counted). Check the loss: BF16 changes numerics")
+SYNC_BASIS = ("re-modeled, approximate: the step's .item()/.cpu()/print ops removed (the host no longer waits "
+              "for the device there, and fusion no longer stops there)")
+
+
+@dataclass(frozen=True)
+class CodeChange:
+    """One PyTorch change as a what-if row: the ops it would run (re-modeled by the advisor), the line that applies
+    it and where, the new `%%neuron` cell when the change is inside the profiled cell, and the breakdown
+    categories it shrinks."""
+
+    key: str                     # fused_optimizer | autocast_bf16 | host_syncs
+    variant: str                 # the row's name
+    line: str                    # the exact line that applies it
+    where: str                   # where the line goes
+    ops: pd.DataFrame            # the recorded ops as they would run with the change
+    basis: str
+    addresses: tuple[str, ...]
+    cell: str | None = None
+
+
+def _shapes(text: Any) -> list[tuple[int, ...]]:
+    """"16x8;16;()" -> [(16, 8), (16,), ()] (the trace's shape strings)."""
+    if not isinstance(text, str) or not text:
+        return []
+    out = []
+    for part in text.split(";"):
+        part = part.strip()
+        out.append(() if part in ("()", "") else tuple(int(d) for d in part.split("x") if d))
+    return out
+
+
+def _shape_text(shapes: Sequence[tuple[int, ...]]) -> str:
+    return ";".join("x".join(str(d) for d in s) if s else "()" for s in shapes)
+
+
+def _ids(v: Any) -> list[str]:
+    if isinstance(v, str):
+        return [x for x in v.split(",") if x]
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [str(x) for x in v]
+    return []
+
+
+def _derived(name: str, shapes: list[tuple[int, ...]], dtypes: list[str]) -> dict[str, Any]:
+    """The model's derived columns of an op, computed as the trace computes them for a recorded op."""
+    ib, ob, el, isz, dc, fl = shape_stats(name, classify_engine(name, False), shapes, dtypes, (), (), 0)
+    return {"in_bytes": ib, "out_bytes": ob, "elems": el, "itemsize": isz, "dtype_class": dc, "flops": fl}
+
+
+def _optimizer_tensors(group: pd.DataFrame, param_ids: set[str]) -> tuple[list[tuple], int]:
+    """(the parameters the optimizer step updates as (storage, shape, dtype), state tensors per parameter), from
+    the storages its in-place ops write: parameters are those the forward read, state the others (temporaries the
+    step creates itself are neither)."""
+    known: dict[str, tuple[tuple[int, ...], str]] = {}
+    created: set[str] = set()
+    written: list[str] = []
+    for r in group.itertuples(index=False):
+        reads, shapes = _ids(r.reads), _shapes(r.input_shapes)
+        dtypes = [d for d in str(r.input_dtypes or "").split(",") if d]
+        if len(reads) == len(shapes):
+            for i, sid in enumerate(reads):
+                known.setdefault(sid, (shapes[i], dtypes[i] if i < len(dtypes) else "float32"))
+        for sid in _ids(r.writes):
+            if not bool(r.is_inplace):
+                created.add(sid)
+            elif sid not in created and sid not in written:
+                written.append(sid)
+    params = [(s, *known[s]) for s in written if s in param_ids and s in known and known[s][0]]
+    state = [s for s in written if s not in param_ids and s in known and known[s][0]]
+    return params, (round(len(state) / len(params)) if params else 0)
+
+
+def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None = None) -> CodeChange | None:
+    """The step with the optimizer fused, or None (no optimizer of a fused kind in the trace, already fused, or the
+    trace lacks the storages its ops read and wrote). `optimizers`: the profiled cell's optimizer variables
+    (`meta["cell"]["optimizers"]`: class, constructor line), for the exact line."""
+    need = {"phase", "module", "reads", "writes", "is_inplace", "input_shapes", "input_dtypes"}
+    if not len(trace_ops) or not need <= set(trace_ops.columns):
+        return None
+    module = trace_ops["module"].astype(str)
+    is_opt = (trace_ops["phase"] == "optimizer").to_numpy() & module.str.startswith("optimizer.").to_numpy()
+    if not is_opt.any():
+        return None
+    param_ids = {sid for v in trace_ops.loc[(trace_ops["phase"] == "forward").to_numpy(), "reads"] for sid in _ids(v)}
+    drop: list[Any] = []
+    new_rows: list[dict] = []
+    classes: list[str] = []
+    for cls in sorted(set(module[is_opt].str.removeprefix("optimizer."))):
+        if cls not in FUSED_OPTIMIZERS:
+            continue
+        rows = trace_ops[is_opt & (module == f"optimizer.{cls}").to_numpy()]
+        if rows["name"].astype(str).str.startswith("aten::_fused_").any():
+            continue   # already fused
+        fused_name, has_steps = FUSED_OPTIMIZERS[cls]
+        for _, g in rows.groupby(["step", "device_index"], sort=False):
+            if len(g) < 2:
+                continue
+            params, n_state = _optimizer_tensors(g, param_ids)
+            if not params:
+                continue
+            shapes = [p[1] for p in params]
+            dtypes = [p[2] for p in params]
+            lists = 2 + n_state                     # parameters, gradients, state tensors
+            f_shapes = shapes * lists + ([()] * len(params) if has_steps else [])
+            f_dtypes = dtypes * lists + (["float32"] * len(params) if has_steps else [])
+            reads = ",".join(dict.fromkeys(s for v in g["reads"] for s in _ids(v)))
+            writes = ",".join(dict.fromkeys(s for v in g["writes"] for s in _ids(v)))
+            first, last = g.iloc[0], g.iloc[-1]
+            base = {**first.to_dict(), "output_shapes": "", "output_dtypes": "", "is_view": False, "is_inplace": True,
+                    "sync": None, "transfer": None, "fallback": None, "transfer_bytes": 0.0}
+            seqs = g["seq"].to_numpy()
+            if has_steps:
+                new_rows.append({**base, "name": "aten::_foreach_add_", "overload": "Scalar", "seq": int(seqs[0]),
+                                 "end_ns": int(first["start_ns"]) + 1, "input_shapes": _shape_text([()] * len(params)),
+                                 "input_dtypes": ",".join(["float32"] * len(params)), "reads": "", "writes": "",
+                                 **_derived("aten::_foreach_add_", [()] * len(params), ["float32"] * len(params))})
+            new_rows.append({**base, "name": fused_name, "overload": "default", "seq": int(seqs[1]),
+                             "start_ns": int(first["start_ns"]) + (1 if has_steps else 0), "end_ns": int(last["end_ns"]),
+                             "input_shapes": _shape_text(f_shapes), "input_dtypes": ",".join(f_dtypes),
+                             "reads": reads, "writes": writes, **_derived(fused_name, f_shapes, f_dtypes)})
+            drop.extend(g.index)
+        if drop and cls not in classes:
+            classes.append(cls)
+    if not new_rows:
+        return None
+    kept = trace_ops.drop(index=drop)
+    ops = pd.concat([kept, pd.DataFrame(new_rows, columns=trace_ops.columns).astype(
+        {c: trace_ops[c].dtype for c in ("seq", "start_ns", "end_ns") if c in trace_ops})], ignore_index=True)
+    ops = ops.sort_values("seq", kind="stable").reset_index(drop=True)
+    cls = classes[0]
+    line, where = _optimizer_line(cls, optimizers)
+    return CodeChange("fused_optimizer", f"{cls}(fused=True)", line, where, ops, FUSED_BASIS, ("launch", "compute"))
+
+
+def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, str]:
+    """The constructor line with `fused=True` (the cell's own optimizer variable and arguments when known)."""
+    for var, o in (optimizers or {}).items():
+        if o.get("class") == cls and o.get("constructor"):
+            return f"{var} = {o['constructor']}", f"where {var} is built (then run the step again)"
+    return (f"torch.optim.{cls}(params, ..., fused=True)",
+            f"where the {cls} optimizer is built: add fused=True to its arguments")
+
+
+def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any = None) -> CodeChange | None:
+    """The step under bf16 autocast, or None when no FP32 matmul/convolution ran on the device."""
+    if not len(trace_ops) or "dtype_class" not in trace_ops or "phase" not in trace_ops:
+        return None
+    names = trace_ops["name"].astype(str)
+    tensor = names.map(lambda n: classify_engine(n, False) == "tensor").to_numpy(dtype=bool)
+    fp32 = (trace_ops["dtype_class"].to_numpy() == DTYPE_FP32) & tensor & trace_ops["fallback"].isna().to_numpy()
+    fp32 &= trace_ops["phase"].isin(["forward", "backward"]).to_numpy()
+    if not fp32.any():
+        return None
+    ops = trace_ops.copy()
+    ops.loc[fp32, "dtype_class"] = DTYPE_BF16
+    ops.loc[fp32, "itemsize"] = 2
+    ops.loc[fp32, ["in_bytes", "out_bytes"]] = ops.loc[fp32, ["in_bytes", "out_bytes"]].to_numpy() / 2
+    ops.loc[fp32, "input_dtypes"] = ops.loc[fp32, "input_dtypes"].astype(str).str.replace("float32", "bfloat16")
+    fwd = np.flatnonzero(fp32 & (trace_ops["phase"] == "forward").to_numpy())
+    casts = trace_ops.iloc[fwd].copy()
+    next_id = 1 + max((int(s) for v in trace_ops["writes"] for s in _ids(v) if s.isdigit()), default=0) \
+        if "writes" in trace_ops else 0
+    fresh = [str(next_id + i) for i in range(len(casts))]
+    nbytes = casts["in_bytes"].to_numpy(dtype=float)
+    casts = casts.assign(name="aten::_to_copy", overload="default", flops=0.0, in_bytes=nbytes, out_bytes=nbytes / 2,
+                         elems=nbytes / 4, itemsize=2, dtype_class=DTYPE_BF16, is_inplace=False, is_view=False,
+                         output_shapes=casts["input_shapes"], input_dtypes="float32", output_dtypes="bfloat16",
+                         seq=int(trace_ops["seq"].max()) + 1 + np.arange(len(casts)))
+    if "writes" in casts:
+        casts["writes"] = fresh
+        ops.loc[ops.index[fwd], "reads"] = [",".join([*_ids(r), f]) for r, f in zip(ops["reads"].iloc[fwd], fresh)]
+    order = np.concatenate([np.arange(len(ops), dtype=float), fwd - 0.5])
+    ops = pd.concat([ops, casts], ignore_index=True).iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    new_cell, where = _autocast_cell(trace_ops, cell, run_id)
+    return CodeChange("autocast_bf16", "bf16 autocast", AUTOCAST_LINE, where, ops, AUTOCAST_BASIS, ("compute",),
+                      cell=new_cell)
+
+
+_CELL_LINE = re.compile(r"^cell-(?P<cell>[^:]+):(?P<line>\d+)$")
+
+
+def _cell_lines(sources: pd.Series) -> set[int]:
+    out = set()
+    for s in sources.dropna().astype(str):
+        m = _CELL_LINE.match(s)
+        if m:
+            out.add(int(m.group("line")))
+    return out
+
+
+def _autocast_cell(trace_ops: pd.DataFrame, cell: dict | None, run_id: Any) -> tuple[str | None, str]:
+    """The profiled cell with its forward lines inside the autocast block, and where that is; None when the cell is
+    unknown or its forward shares a line with the backward or the optimizer (`loss(model(x)).backward()`)."""
+    from neuron_studio.profiler.analysis import variant_cell as _vc
+
+    generic = "around the forward pass and the loss (not the backward or optimizer step)"
+    if not cell or not isinstance(cell.get("source"), str) or "source" not in trace_ops:
+        return None, generic
+    options, body = _vc.split_cell(cell["source"])
+    lines = body.split("\n")
+    # backward ops carry their forward op's line; the line that calls .backward() records the gradient seed as a
+    # forward op: neither belongs inside the block
+    starts_backward = {i for i, t in enumerate(lines, 1) if ".backward(" in t}
+    fwd = {x for x in _cell_lines(trace_ops.loc[trace_ops["phase"] == "forward", "source"])
+           if x not in starts_backward and x <= len(lines)}
+    other = _cell_lines(trace_ops.loc[trace_ops["phase"] == "optimizer", "source"]) | starts_backward
+    if not fwd:
+        return None, generic
+    a, b = min(fwd), max(fwd)
+    if any(a <= x <= b for x in other):
+        return None, generic
+    indent = len(lines[a - 1]) - len(lines[a - 1].lstrip())
+    block = lines[a - 1:b]
+    if any(t.strip() and len(t) - len(t.lstrip()) < indent for t in block):
+        return None, generic
+    pad = lines[a - 1][:indent]
+    new_body = lines[:a - 1] + [pad + AUTOCAST_LINE] + ["    " + t if t.strip() else t for t in block] + lines[b:]
+    where = f"around lines {a}-{b} of the cell (the forward pass)" if b > a else f"around line {a} of the cell"
+    if options is None:
+        return "\n".join(new_body), where
+    head = _vc.variant_magic_line(options, _vc.MAGIC, compare=run_id, name_suffix="bf16")
+    return head + "\n" + "\n".join(new_body), where
+
+
+def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None] | None = None) -> CodeChange | None:
+    """The step without its movable host syncs, or None when it has none."""
+    if not len(trace_ops) or "sync" not in trace_ops:
+        return None
+    sync = trace_ops["sync"].isin(_MOVABLE_SYNCS).to_numpy().copy()
+    if "tags" in trace_ops:
+        sync &= ~trace_ops["tags"].astype(str).str.contains("timing_sync").to_numpy()
+    if not sync.any():
+        return None
+    srcs = list(dict.fromkeys(s for s in trace_ops.loc[sync, "source"].tolist() if isinstance(s, str) and s))
+    shown = [source_text(s) if source_text else None for s in srcs]
+    code = next((t.strip() for t in shown if t), None)
+    n = int(sync.sum())
+    steps = max(1, int(trace_ops["step"].nunique())) if "step" in trace_ops else 1
+    line = (f"keep the value on the device (e.g. accumulate into a tensor) and read it once after the loop, or every "
+            f"N steps, instead of `{code}`" if code else
+            "keep values on the device; read them (.item(), .cpu(), print) once after the loop or every N steps")
+    where = ", ".join(srcs[:3]) or "in the step"
+    ops = trace_ops[~sync].reset_index(drop=True)
+    return CodeChange("host_syncs", f"no host sync in the step ({n / steps:.3g} per step)", line, where, ops,
+                      SYNC_BASIS, ("sync", "launch"))
+
+
+def data_dependent_ops(trace_ops: pd.DataFrame) -> list[str]:
+    """Ops whose output shape depends on values (nonzero, masked_select, unique): torch.compile must break or
+    recompile at them."""
+    if not len(trace_ops) or "sync" not in trace_ops:
+        return []
+    return list(dict.fromkeys(trace_ops.loc[trace_ops["sync"] == "data_dependent", "name"].astype(str)))
+
+
+def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: Any = None) -> list[CodeChange]:
+    """Every change that applies to this trace, in a fixed order (the advisor ranks them with the other rows)."""
+    cell = cell if isinstance(cell, dict) else None
+    text = _source_text(cell)
+    out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers")), autocast_bf16(trace_ops, cell, run_id),
+           host_syncs(trace_ops, text)]
+    return [c for c in out if c is not None]
+
+
+def _source_text(cell: dict | None) -> Callable[[str], str | None]:
+    """`cell-N:L` -> the text of line L of the profiled cell's body (the sources its ops carry), else None."""
+    lines: list[str] = []
+    if cell and isinstance(cell.get("source"), str):
+        from neuron_studio.profiler.analysis import variant_cell as _vc
+
+        lines = _vc.split_cell(cell["source"])[1].split("\n")
+
+    def text(source: str) -> str | None:
+        m = _CELL_LINE.match(str(source))
+        if not m or not 1 <= int(m.group("line")) <= len(lines):
+            return None
+        return lines[int(m.group("line")) - 1]
+
+    return text
