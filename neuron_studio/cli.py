@@ -205,6 +205,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001 - the target names the valid chips
             raise CliError(str(e)) from None
     name = args.name or script_name(cmd)
+    typed = tuple(cmd)
     cmd = _this_python(cmd)
     launcher, ranks = job_ranks(cmd)
     store = RunStore(args.store)
@@ -219,7 +220,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = ActivateOptions(run_id=run_id, store=str(store.root), mode=args.mode, chip=chip, steps=args.steps,
                            warmup=args.warmup, name=name, ranks=ranks, launcher=launcher,
                            run_start_wall_ns=time.time_ns(), progress=not args.quiet,
-                           host_events=not args.no_host_events)
+                           host_events=not args.no_host_events, command=typed)
     print(f"neuron-studio: run {run_id} ({ranks} rank{'s' if ranks > 1 else ''}, {args.mode}, {chip}, "
           f"{reg.backend}) store {store.root}", file=sys.stderr, flush=True)
     t0 = time.perf_counter()

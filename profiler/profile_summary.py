@@ -88,6 +88,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "mode": prof.trace.mode,
         "chip": s.chip,
         "backend": meta.get("backend", "emulated"),
+        "origin": _origin(meta),
         "modeled": prof.modeled_figures,
         "status": status or meta.get("status", "ok"),
         "steps": steps,
@@ -164,6 +165,18 @@ def _unsized_row(r: Any) -> dict[str, Any]:
     on ops it could not size, left empty rather than shown as figures."""
     return {"measured_ns": finite_float(r.per_step_measured_ns), "device_ns": None, "flops": None, "bytes": None,
             "engine": "", "bound": ""}
+
+
+def _origin(meta: dict) -> str:
+    """What the run came from: a `%%neuron` "cell", a `neuron-studio run` "script", an "imported" trace, or the
+    Python "api" (the advice writes its lines in that syntax; the Diff tab says how to compare)."""
+    if isinstance(meta.get("cli_command"), list) and meta["cli_command"]:
+        return "script"
+    if isinstance(meta.get("cell"), dict):
+        return "cell"
+    if meta.get("backend") == "imported" or isinstance(meta.get("imported"), dict):
+        return "imported"
+    return "api"
 
 
 def _source(meta: dict) -> dict | None:

@@ -90,6 +90,25 @@ def test_run_profiles_an_unmodified_script(plain_run) -> None:  # noqa: ANN001
     assert report.is_file()
 
 
+def test_a_script_runs_advice_is_cli_syntax(plain_run) -> None:  # noqa: ANN001
+    """A script run's advice repeats the `neuron-studio run` command (never `%%neuron`), in the printed summary, the
+    stored summary and the HTML report; its Diff tab says how to compare, not "this cell"."""
+    d, r = plain_run
+    assert r.returncode == 0, r.stderr[-3000:]
+    rec = RunStore(d / "store").list_runs()[0]
+    s = rec.summary
+    assert s["origin"] == "script"
+    rows = [w for w in s["what_if"]["rows"] if w["kind"] in ("mode", "chip")]
+    assert rows
+    for w in rows:
+        assert w["run"].startswith(f"neuron-studio run --mode {w['mode']} --chip {w['chip']} --steps 2 --warmup 1 -- ")
+        assert w["run"].endswith(f"{sys.executable} train.py") and w["cell"] is None
+    assert "%%neuron" not in r.stdout
+    report = Path(r.stdout.split("HTML report:")[1].split()[0]).read_text()
+    assert "%%neuron" not in report and "no earlier run of this cell" not in report
+    assert "a script run is not compared automatically" in report
+
+
 def _assert_self_contained(text: str) -> None:
     assert text.startswith("<!DOCTYPE html>")
     assert not re.search(r"<script[^>]*\bsrc\s*=", text, re.I)

@@ -54,6 +54,7 @@ class ActivateOptions:
     run_start_wall_ns: int = 0      # the parent's clock at launch: the common time origin of all ranks
     progress: bool = True
     host_events: bool = True
+    command: tuple[str, ...] = ()   # the command as the user typed it after `--` (the advisor's run lines repeat it)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -219,7 +220,7 @@ class _Activation:
             "rank": self.rank, "local_rank": self.local_rank, "world_size": self.world,
             "start_wall_ns": int(self.capture._t_wall0), "run_start_wall_ns": int(self.opts.run_start_wall_ns),
             "steps_seen": int(self.done), "explicit_steps": self.explicit_steps, "status": status,
-            "argv": list(sys.argv),
+            "argv": list(sys.argv), "cli_command": list(self.opts.command),
         })
         store = RunStore(self.opts.store)
         if len(trace.ops) == 0:
