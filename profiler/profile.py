@@ -241,6 +241,8 @@ class Profile:
         chip = self.trace.chip
         _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.device_run.config.launch_overhead_ns(
             self.trace.mode), kernel_factor=lambda k: default_kernel_factor(k, chip))
+        for h in hot:   # a candidate the model shows saving nothing cannot change the op's bound: not a candidate
+            h.kernels = [k for k in h.kernels if not (k.get("kind") == "candidate" and k.get("saving_ns") == 0.0)]
         return hot
 
     @property

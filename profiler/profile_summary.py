@@ -62,15 +62,20 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     engines = list(DEVICE_ENGINES)
     steps = prof.steps
     hot = []
+    changes = _hot_changes(prof)
     for h in prof.hot_path():
         k = h.kernels[0] if h.kernels else None
         hot.append({
             "op": h.op, "module": h.module, "source": h.source, "device_ns": _int(h.device_ns / steps),
             "share": finite_float(h.share), "bound": h.bound, "why": h.why, "engine": h.engine,
             "count": finite_float(h.count / steps),
+            "change": changes.get((h.op, h.module.removesuffix(" (backward)").removesuffix("(backward)"))),
             "kernel": None if k is None else {
                 "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
                 "line": k.get("line"), "saving_ns": _per_step(k.get("saving_ns"), steps), "scope": k.get("scope"),
+                "replaces_ns": _per_step(k.get("replaces_ns"), steps),
+                "modeled": k.get("saving_ns") is not None or k.get("kind") != "candidate",
+                "note": k.get("note") or None,
             },
         })
     # ops recorded without shapes cannot be modeled: no modeled headline built on them (the warnings say why)
@@ -165,6 +170,25 @@ def _unsized_row(r: Any) -> dict[str, Any]:
     on ops it could not size, left empty rather than shown as figures."""
     return {"measured_ns": finite_float(r.per_step_measured_ns), "device_ns": None, "flops": None, "bytes": None,
             "engine": "", "bound": ""}
+
+
+def _hot_changes(prof: Any) -> dict[tuple[str, str], dict]:
+    """(op, module) -> the PyTorch change that rewrites those ops, with its what-if figures, for the hot path (the
+    line to try before any kernel); the advisor's fastest change wins where several apply."""
+    advice = prof.advice() if prof.modeled_figures else None
+    if not advice:
+        return {}
+    rows = {r["variant"]: r for r in advice if r.get("kind") == "code"}
+    out: dict[tuple[str, str], dict] = {}
+    for c in prof.code_changes():
+        r = rows.get(c.variant)
+        if r is None:
+            continue
+        for key in c.targets:
+            if key not in out or out[key]["rank"] > r["rank"]:
+                out[key] = {"variant": c.variant, "run": c.line, "where": c.where, "rank": int(r["rank"]),
+                            "speedup": finite_float(r["speedup"])}
+    return out
 
 
 def _origin(meta: dict) -> str:

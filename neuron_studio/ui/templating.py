@@ -14,7 +14,8 @@ from jinja2 import Environment, PackageLoader, Undefined, select_autoescape
 from markupsafe import Markup
 
 from neuron_studio.ui.formatting import (
-    as_number, basename, fmt_bytes, fmt_count, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct, fmt_source, fmt_usd,
+    as_number, basename, fmt_bytes, fmt_change, fmt_count, fmt_kernel, fmt_ns, fmt_pct, fmt_sci, fmt_signed_pct,
+    fmt_source, fmt_usd,
 )
 
 __all__ = ["render_template", "css", "ENGINE_COLORS"]
@@ -59,7 +60,7 @@ def _environment() -> Environment:
         undefined=Undefined, finalize=_finalize, keep_trailing_newline=False,
     )
     filters = dict(ns=fmt_ns, count=fmt_count, pct=fmt_pct, signed_pct=fmt_signed_pct, usd=fmt_usd, sci=fmt_sci,
-                   bytes=fmt_bytes,
+                   bytes=fmt_bytes, kernel=fmt_kernel, change=fmt_change,
                    yesno=_yes_no,
                    source=fmt_source, basename=basename, bar_width=_bar_width, engine_color=_engine_color)
     env.filters.update({name: _missing_as_none(fn) for name, fn in filters.items()})

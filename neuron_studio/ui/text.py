@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_studio.ui.breakdown_html import prediction_text
-from neuron_studio.ui.formatting import fmt_ns, fmt_pct, fmt_usd
+from neuron_studio.ui.formatting import fmt_change, fmt_kernel, fmt_ns, fmt_pct, fmt_usd
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
 __all__ = ["render_text", "render_ranks_text", "breakdown_lines"]
@@ -86,7 +86,10 @@ def render_text(s: dict, *, top: int = 5) -> str:
         lines.append("  hot path:")
         for h in hot[:top]:
             k = h.get("kernel")
-            kern = f"  -> {k.get('name')} ({k.get('kind')}) {k.get('file') or ''}:{k.get('line') or ''}" if k else ""
+            kern = f"  -> {fmt_change(h.get('change'))}" if h.get("change") else ""
+            if k:
+                at = f" {k.get('file')}:{k.get('line') or ''}" if k.get("file") else ""
+                kern += f"{';' if kern else '  ->'} {fmt_kernel(k)}{at}"
             lines.append(f"    {float(h.get('share') or 0) * 100:5.1f}%  {h.get('op')}  [{h.get('bound')}]  "
                          f"{h.get('module') or ''} {h.get('source') or ''}{kern}")
     cmp_ = s.get("compare")

@@ -62,6 +62,7 @@ class CodeChange:
     basis: str
     addresses: tuple[str, ...]
     cell: str | None = None
+    targets: frozenset = frozenset()   # (op, module) pairs of the recorded ops it changes (the hot path cites it)
 
 
 def _shapes(text: Any) -> list[tuple[int, ...]]:
@@ -175,14 +176,16 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
     ops = ops.sort_values("seq", kind="stable").reset_index(drop=True)
     cls = classes[0]
     line, where = _optimizer_line(cls, optimizers)
-    return CodeChange("fused_optimizer", f"{cls}(fused=True)", line, where, ops, FUSED_BASIS, ("launch", "compute"))
+    targets = frozenset(zip(trace_ops.loc[drop, "name"].astype(str), trace_ops.loc[drop, "module"].astype(str)))
+    return CodeChange("fused_optimizer", f"{cls}(fused=True)", line, where, ops, FUSED_BASIS, ("launch", "compute"),
+                      targets=targets)
 
 
 def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, str]:
     """The constructor line with `fused=True` (the cell's own optimizer variable and arguments when known)."""
     for var, o in (optimizers or {}).items():
         if o.get("class") == cls and o.get("constructor"):
-            return f"{var} = {o['constructor']}", f"where {var} is built (then run the step again)"
+            return f"{var} = {o['constructor']}", f"where {var} is built; then run the step again"
     return (f"torch.optim.{cls}(params, ..., fused=True)",
             f"where the {cls} optimizer is built: add fused=True to its arguments")
 
@@ -218,8 +221,9 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
     order = np.concatenate([np.arange(len(ops), dtype=float), fwd - 0.5])
     ops = pd.concat([ops, casts], ignore_index=True).iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
     new_cell, where = _autocast_cell(trace_ops, cell, run_id)
+    targets = frozenset(zip(trace_ops.loc[fp32, "name"].astype(str), trace_ops.loc[fp32, "module"].astype(str)))
     return CodeChange("autocast_bf16", "bf16 autocast", AUTOCAST_LINE, where, ops, AUTOCAST_BASIS, ("compute",),
-                      cell=new_cell)
+                      cell=new_cell, targets=targets)
 
 
 _CELL_LINE = re.compile(r"^cell-(?P<cell>[^:]+):(?P<line>\d+)$")
@@ -261,7 +265,8 @@ def _autocast_cell(trace_ops: pd.DataFrame, cell: dict | None, run_id: Any) -> t
         return None, generic
     pad = lines[a - 1][:indent]
     new_body = lines[:a - 1] + [pad + AUTOCAST_LINE] + ["    " + t if t.strip() else t for t in block] + lines[b:]
-    where = f"around lines {a}-{b} of the cell (the forward pass)" if b > a else f"around line {a} of the cell"
+    where = (f"around lines {a}-{b} of the cell, the forward pass" if b > a
+             else f"around line {a} of the cell, the forward pass")
     if options is None:
         return "\n".join(new_body), where
     head = _vc.variant_magic_line(options, _vc.MAGIC, compare=run_id, name_suffix="bf16")
@@ -285,10 +290,11 @@ def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None]
     line = (f"keep the value on the device (e.g. accumulate into a tensor) and read it once after the loop, or every "
             f"N steps, instead of `{code}`" if code else
             "keep values on the device; read them (.item(), .cpu(), print) once after the loop or every N steps")
-    where = ", ".join(srcs[:3]) or "in the step"
+    where = "at " + ", ".join(srcs[:3]) if srcs else "in the step"
     ops = trace_ops[~sync].reset_index(drop=True)
+    targets = frozenset(zip(trace_ops.loc[sync, "name"].astype(str), trace_ops.loc[sync, "module"].astype(str)))
     return CodeChange("host_syncs", f"no host sync in the step ({n / steps:.3g} per step)", line, where, ops,
-                      SYNC_BASIS, ("sync", "launch"))
+                      SYNC_BASIS, ("sync", "launch"), targets=targets)
 
 
 def data_dependent_ops(trace_ops: pd.DataFrame) -> list[str]:

@@ -375,6 +375,8 @@ def advice_text(row: dict) -> str:
     """A ranked what-if row as the fix a recommendation names: the change, the line that applies it, the speedup."""
     sp = f"predicted {float(row['speedup']):.1f}x faster: What if tab"
     run = row.get("run")
+    if run and row.get("kind") == "code" and row.get("where"):
+        run = f"{run} ({row['where']})"
     if row.get("kind") == "mode":
         name = _MODE_NAMES.get(str(row.get("mode")), str(row.get("mode")))
     elif row.get("kind") == "kernel":
@@ -405,16 +407,24 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
     used: set[str] = set()
     ranked = sorted((p for p in bd.parts if p.determined and p.share is not None and p.key != "idle"),
                     key=lambda p: -p.share)
+    if advice:   # the first-ranked change leads, under the largest category it shrinks (if one is large enough)
+        lead = next((p for p in ranked if p.share >= RECOMMEND_MIN_SHARE and p.key in _addresses(advice[0])), None)
+        if lead is not None:
+            ranked.remove(lead)
+            ranked.insert(0, lead)
+    modes_named: list[str] = []
 
     def ranked_fix(category: str) -> str | None:
-        pick = None
         if not out and advice:
             pick = advice[0]
-        else:
-            pick = next((a for a in advice if a["variant"] not in used and category in _addresses(a)), None)
+        else:   # modes are alternatives to each other: after one mode, never a second
+            pick = next((a for a in advice if a["variant"] not in used and category in _addresses(a)
+                         and not (a.get("kind") == "mode" and modes_named)), None)
         if pick is None:
             return None
         used.add(pick["variant"])
+        if pick.get("kind") == "mode":
+            modes_named.append(str(pick.get("mode")))
         return advice_text(pick)
 
     for p in ranked:
