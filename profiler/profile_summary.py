@@ -48,7 +48,21 @@ def _uncertainty(prof: Any) -> dict[str, Any]:
         # the chip's own calibration (profiler.model.calibration.calibration_summary): its text is what a badge
         # states ("trn2: modeled/measured lo–hi× on N published ..." or "... not validated against a measurement")
         "calibration": dict(getattr(s, "calibration", {}) or {}) or None,
+        "calibration_note": _calibration_note(s),
     }
+
+
+def _calibration_note(s: Any) -> str:
+    """The footnote (and tooltip) on the model's calibration, saying what it measures: the model against
+    published measurements of other programs on this chip, not this run's own uncertainty (its range)."""
+    cal = getattr(s, "calibration", None) or {}
+    text = str(cal.get("text") or "") if isinstance(cal, dict) else ""
+    if not text or not cal.get("validated", True):
+        return (f"Calibration: {text or s.chip + ': not validated against a measurement'} (no published measurement "
+                "on this chip checks the model yet; its figures rest on the chip's specifications). The step-time "
+                "range is this run's own uncertainty.")
+    return (f"Calibration: {text}. This compares the model with published measurements of other programs on this "
+            "chip (BENCHMARKS.md); it is not this run's uncertainty, which is the step-time range.")
 
 
 def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = None, cell_key: str | None = None,

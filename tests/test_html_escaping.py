@@ -118,7 +118,7 @@ def test_each_field_alone_is_escaped_and_every_count_is_shown(summary: dict) -> 
     for key in ("name", "mode", "chip", "backend", "status", "op", "module", "source", "why", "bound", "engine",
                 "reason", "graph", "shape", "warnings", "rank", "collectives", "last_arrivals", "index",
                 "last_rank", "op_before", "kind", "file", "line", "run_id", "device_ns", "host_ns", "share",
-                "flops", "bytes", "time_ns", "step_time_ns", "mfu", "launches", "per_1000_steps_usd"):
+                "flops", "bytes", "time_ns", "step_time_ns", "mfu", "launches", "per_1m_steps_usd"):
         assert key in shown_keys, f"field {key!r} is not shown (or not escaped) in the HTML"
 
 

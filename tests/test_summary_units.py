@@ -59,7 +59,7 @@ def test_counts_and_fallback_times_are_per_step(one_and_three: tuple[dict, dict]
 
 def test_every_table_header_states_per_step(one_and_three: tuple[dict, dict]) -> None:
     out = render_html(one_and_three[1])
-    for header in ("<th>count/step</th><th>device/step</th><th>host/step</th><th>FLOPs/step</th>",
-                   "<th>device/step</th><th>share</th><th>bound</th><th>NKI kernel (saves/step)</th>"):
+    for header in ("<th>count/step</th><th>device/step (modeled)</th><th>host/step (measured)</th><th>FLOPs/step</th>",
+                   "<th>device/step (modeled)</th><th>share</th><th>bound</th><th>change / NKI kernel</th>"):
         assert header in out
     assert "saves ~" in out

@@ -145,11 +145,15 @@ def calibration_text(s: dict) -> str:
 
 def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
     cost = s.get("cost") if isinstance(s.get("cost"), dict) else {}
+    drivers = s.get("range_drivers") if isinstance(s.get("range_drivers"), dict) else {}
     label = "step time" + (" (modeled)" if modeled else "")
+    if modeled and _step_range(s) and drivers:   # the run's own range, and what drives it, beside the figure
+        label += "; range from " + "; ".join(str(v) for v in drivers.values())
+    tag = " (modeled)" if modeled else ""
     return [
         (label, fmt_ns(s.get("step_time_ns")) + (_step_range(s) if modeled else "")),
-        ("host time/step", fmt_ns(s.get("host_time_ns"))),
-        ("MFU", fmt_pct(s.get("mfu"))), ("MBU", fmt_pct(s.get("mbu"))),
+        ("host time/step (measured)", fmt_ns(s.get("host_time_ns"))),
+        (f"MFU{tag}", fmt_pct(s.get("mfu"))), (f"MBU{tag}", fmt_pct(s.get("mbu"))),
         ("launches/step", fmt_sci(s.get("launches"))),
         (f"cost / 1M steps ({cost.get('chip') or ''}, modeled)", fmt_usd(cost.get("per_1m_steps_usd"))),
         ("H100 / 1M steps (modeled)", fmt_usd(cost.get("h100_per_1m_steps_usd"))),

@@ -15,11 +15,12 @@ def _pct(v: Any) -> str:
 
 
 def _range(s: dict) -> str:
+    """' (range lo-hi: what drives it)' beside a modeled step time that rests on unmeasured assumptions."""
     r = s.get("step_time_range_ns")
-    cal = s.get("calibration")
-    text = str(cal.get("text") or "") if isinstance(cal, dict) else ""
-    out = f" ({fmt_ns(r[0])}-{fmt_ns(r[1])})" if r and r[0] is not None and r[1] is not None and r[1] > r[0] else ""
-    return out + (f" [{text}]" if text else "")
+    if not (r and r[0] is not None and r[1] is not None and r[1] > r[0]):
+        return ""
+    drivers = [str(v) for v in (s.get("range_drivers") or {}).values()]
+    return f" (range {fmt_ns(r[0])}-{fmt_ns(r[1])}" + (f": {'; '.join(drivers)}" if drivers else "") + ")"
 
 
 def _run_label(s: dict) -> str:
@@ -61,9 +62,11 @@ def render_text(s: dict, *, top: int = 5) -> str:
     lines = [
         f"Neuron profile {_run_label(s)}{' ' + str(s['name']) if s.get('name') else ''}: "
         f"{s.get('mode')} on {s.get('chip')} [{s.get('backend')}] status={s.get('status')}",
-        f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}{_range(s)}   host/step: {fmt_ns(s.get('host_time_ns'))}   "
-        f"MFU {_pct(s.get('mfu'))}   MBU {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
-        "  engines: " + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
+        f"  step time{modeled}: {fmt_ns(s.get('step_time_ns'))}{_range(s)}",
+        f"  host/step (measured): {fmt_ns(s.get('host_time_ns'))}   MFU{modeled} {_pct(s.get('mfu'))}   "
+        f"MBU{modeled} {_pct(s.get('mbu'))}   launches/step {float(s.get('launches') or 0):.3g}",
+        f"  engine utilization{modeled}: "
+        + "  ".join(f"{e['engine']} {_pct(e.get('utilization'))}" for e in s.get("engines", [])),
     ]
     lines.extend(breakdown_lines(s))
     b = s.get("badges") or {}
@@ -101,6 +104,8 @@ def render_text(s: dict, *, top: int = 5) -> str:
     lines.extend(_gpu_lines(s, top))
     for w in s.get("warnings") or []:
         lines.append(f"  ! {w}")
+    if s.get("modeled", True) and s.get("calibration_note"):
+        lines.append(f"  {s['calibration_note']}")
     prov = s.get("provenance")
     if isinstance(prov, dict):
         lines.append(f"  measured from {prov.get('measured_from')}")

@@ -8,10 +8,9 @@ change is inside the profiled `%%neuron` cell, the whole new cell. The rewrites 
   optimizer's per-parameter (or `_foreach_*`) ops of one step become the ops the emulator records for a fused
   optimizer step: one `_foreach_add_` of the step counters (Adam family) and one `_fused_<opt>_` over the
   parameter, gradient and state lists (torch/optim/adamw.py `_fused_adamw`, torch 2.13);
-- bf16 autocast (`torch.autocast("neuron", dtype=torch.bfloat16)`): FP32 matmuls/convolutions of the forward and
-  the backward run at the Tensor Engine's BF16 rate with half the bytes, each preceded by a cast of its FP32
-  inputs (autocast's lower-precision op list, torch/amp/autocast_mode.py; its backward runs in the forward's dtype);
-  other ops keep their dtype (a lower bound of the gain: their BF16 inputs would halve their bytes too);
+- bf16 autocast (`torch.autocast("neuron", dtype=torch.bfloat16)`): autocast's casting rules (torch/amp
+  autocast_mode.py and the op lists in aten/src/ATen/autocast_mode.cpp) followed over the recorded ops by the
+  storages they read and write (`autocast_bf16`);
 - host syncs out of the step (`.item()`, `.cpu()`, printing): those ops removed, so the step no longer waits for
   the device there and adaptive eager / compile no longer split at them.
 
@@ -41,9 +40,10 @@ _MOVABLE_SYNCS = ("item", "to_host", "print")
 
 FUSED_BASIS = ("re-modeled, approximate: the optimizer's ops of each step replaced by the ops a fused optimizer "
                "step records (one launch over all parameters, reading and writing each tensor once)")
-AUTOCAST_BASIS = ("re-modeled, approximate: FP32 matmuls/convolutions (forward and backward) at the BF16 Tensor "
-                  "Engine rate with half the bytes, plus one cast of each FP32 input of a forward matmul; other "
-                  "ops keep FP32 (their gain is not counted). Check the loss: BF16 changes numerics")
+AUTOCAST_BASIS = ("re-modeled, approximate: autocast's casting rules over the recorded ops (FP32 matmuls/convolutions "
+                  "in BF16 after a cast of each FP32 input, ops on BF16 inputs in BF16, FP32-list ops and gradient "
+                  "accumulation cast back up); op names autocast would add or drop beyond casts are not known from "
+                  "an FP32 trace. Check the loss: BF16 changes numerics")
 SYNC_BASIS = ("re-modeled, approximate: the step's .item()/.cpu()/print ops removed (the host no longer waits "
               "for the device there, and fusion no longer stops there)")
 
@@ -190,36 +190,123 @@ def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, 
             f"where the {cls} optimizer is built: add fused=True to its arguments")
 
 
+#: Ops autocast runs in FP32 whatever their inputs (torch/amp autocast's fp32 list, the reductions and losses a
+#: BF16 input would lose precision in): a BF16 input is cast back up first.
+AUTOCAST_FP32 = frozenset({
+    "acos", "asin", "cosh", "erfinv", "exp", "expm1", "log", "log10", "log2", "log1p", "reciprocal", "rsqrt", "sinh",
+    "tan", "pow", "softplus", "layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "norm",
+    "frobenius_norm", "nuclear_norm", "cosine_similarity", "nll_loss", "nll_loss2d", "nll_loss_forward", "kl_div",
+    "l1_loss", "smooth_l1_loss", "huber_loss", "mse_loss", "binary_cross_entropy_with_logits", "dist", "cdist",
+    "renorm", "logsumexp", "sum", "prod", "cumprod", "cumsum", "softmax", "_softmax", "log_softmax",
+    "_log_softmax", "mean"})
+
+
+def _base(name: str) -> str:
+    return name.split("::", 1)[-1].split(".", 1)[0]
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any = None) -> CodeChange | None:
-    """The step under bf16 autocast, or None when no FP32 matmul/convolution ran on the device."""
-    if not len(trace_ops) or "dtype_class" not in trace_ops or "phase" not in trace_ops:
+    """The step under bf16 autocast, or None when no FP32 matmul/convolution ran on the device (or the trace lacks
+    the storages its ops read and wrote, which the casts are placed by).
+
+    Follows autocast's rules over the recorded ops in order, tracking which storages hold BF16 values: an FP32
+    matmul/convolution (forward or backward) runs in BF16, each FP32 input first cast down by its own `_to_copy`
+    (a parameter once: autocast caches the casts of leaf tensors, and the backward reuses what the forward saved);
+    an op whose float inputs are all BF16 runs in BF16 (half the bytes); an op of autocast's FP32 list, or an
+    in-place update of an FP32 tensor (gradient accumulation), casts its BF16 inputs back up; other mixed ops
+    promote inside the op. The optimizer step is unchanged (its tensors stay FP32)."""
+    need = {"dtype_class", "phase", "reads", "writes", "input_shapes", "input_dtypes", "is_inplace"}
+    if not len(trace_ops) or not need <= set(trace_ops.columns):
         return None
     names = trace_ops["name"].astype(str)
-    tensor = names.map(lambda n: classify_engine(n, False) == "tensor").to_numpy(dtype=bool)
-    fp32 = (trace_ops["dtype_class"].to_numpy() == DTYPE_FP32) & tensor & trace_ops["fallback"].isna().to_numpy()
+    engine = names.map(lambda n: classify_engine(n, False)).to_numpy(dtype=object)
+    fp32 = (engine == "tensor") & (trace_ops["dtype_class"].to_numpy() == DTYPE_FP32) & trace_ops["fallback"].isna().to_numpy()
     fp32 &= trace_ops["phase"].isin(["forward", "backward"]).to_numpy()
     if not fp32.any():
         return None
     ops = trace_ops.copy()
-    ops.loc[fp32, "dtype_class"] = DTYPE_BF16
-    ops.loc[fp32, "itemsize"] = 2
-    ops.loc[fp32, ["in_bytes", "out_bytes"]] = ops.loc[fp32, ["in_bytes", "out_bytes"]].to_numpy() / 2
-    ops.loc[fp32, "input_dtypes"] = ops.loc[fp32, "input_dtypes"].astype(str).str.replace("float32", "bfloat16")
-    fwd = np.flatnonzero(fp32 & (trace_ops["phase"] == "forward").to_numpy())
-    casts = trace_ops.iloc[fwd].copy()
-    next_id = 1 + max((int(s) for v in trace_ops["writes"] for s in _ids(v) if s.isdigit()), default=0) \
-        if "writes" in trace_ops else 0
-    fresh = [str(next_id + i) for i in range(len(casts))]
-    nbytes = casts["in_bytes"].to_numpy(dtype=float)
-    casts = casts.assign(name="aten::_to_copy", overload="default", flops=0.0, in_bytes=nbytes, out_bytes=nbytes / 2,
-                         elems=nbytes / 4, itemsize=2, dtype_class=DTYPE_BF16, is_inplace=False, is_view=False,
-                         output_shapes=casts["input_shapes"], input_dtypes="float32", output_dtypes="bfloat16",
-                         seq=int(trace_ops["seq"].max()) + 1 + np.arange(len(casts)))
-    if "writes" in casts:
-        casts["writes"] = fresh
-        ops.loc[ops.index[fwd], "reads"] = [",".join([*_ids(r), f]) for r, f in zip(ops["reads"].iloc[fwd], fresh)]
-    order = np.concatenate([np.arange(len(ops), dtype=float), fwd - 0.5])
-    ops = pd.concat([ops, casts], ignore_index=True).iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    next_id = 1 + max((int(x) for v in trace_ops["writes"] for x in _ids(v) if x.isdigit()), default=0)
+    low: set[str] = set()
+    cached: dict[str, str] = {}          # an FP32 storage -> its BF16 copy (autocast's cast cache)
+    casts: list[dict] = []               # new rows, each with the position of the op it precedes
+    in_b, out_b = ops["in_bytes"].to_numpy(dtype=float).copy(), ops["out_bytes"].to_numpy(dtype=float).copy()
+    dclass = ops["dtype_class"].to_numpy().copy()
+    isize = ops["itemsize"].to_numpy().copy()
+    reads_col = ops["reads"].to_numpy(dtype=object).copy()
+    phase = ops["phase"].to_numpy(dtype=object)
+    inplace = ops["is_inplace"].to_numpy(dtype=bool)
+    dtypes_col = ops["input_dtypes"].astype(str).to_numpy(dtype=object).copy()
+    rows = ops.to_dict("records")
+
+    def cast(i: int, sid: str, shape: tuple[int, ...], down: bool) -> str:
+        nonlocal next_id
+        fresh = str(next_id)
+        next_id += 1
+        n = _numel(shape)
+        src, dst = ("float32", "bfloat16") if down else ("bfloat16", "float32")
+        casts.append({**rows[i], "name": "aten::_to_copy", "overload": "default", "flops": 0.0,
+                      "in_bytes": float(n * (4 if down else 2)), "out_bytes": float(n * (2 if down else 4)),
+                      "elems": float(n), "itemsize": 2 if down else 4, "dtype_class": DTYPE_BF16 if down else DTYPE_FP32,
+                      "is_inplace": False, "is_view": False, "input_shapes": _shape_text([shape]),
+                      "output_shapes": _shape_text([shape]), "input_dtypes": src, "output_dtypes": dst,
+                      "reads": sid, "writes": fresh, "_at": i - 0.5})
+        return fresh
+
+    for i in range(len(ops)):
+        if phase[i] not in ("forward", "backward"):
+            continue
+        reads, shapes = _ids(reads_col[i]), _shapes(rows[i]["input_shapes"])
+        writes = _ids(rows[i]["writes"])
+        dts = [d for d in str(dtypes_col[i]).split(",") if d]
+        if len(reads) != len(shapes) or len(dts) < len(shapes):
+            continue   # cannot tell which storage is which input: left as recorded
+        floats = [k for k in range(len(reads)) if dts[k] == "float32"]
+        is_low = [reads[k] in low for k in floats]
+        if engine[i] == "none":               # a view of a BF16 tensor is BF16
+            if is_low and all(is_low):
+                low.update(writes)
+            continue
+        new_reads = list(reads)
+        if fp32[i]:
+            for k in floats:
+                if reads[k] in low:
+                    continue
+                if reads[k] not in cached:
+                    cached[reads[k]] = cast(i, reads[k], shapes[k], True)
+                new_reads[k] = cached[reads[k]]
+            in_b[i], out_b[i], dclass[i], isize[i] = in_b[i] / 2, out_b[i] / 2, DTYPE_BF16, 2
+            dtypes_col[i] = str(dtypes_col[i]).replace("float32", "bfloat16")
+            low.update(writes)
+        elif floats and any(is_low):
+            target_fp32 = bool(inplace[i]) and writes and writes[0] not in low
+            if _base(str(rows[i]["name"])) in AUTOCAST_FP32 or target_fp32:
+                for k, lw in zip(floats, is_low):
+                    if lw:
+                        new_reads[k] = cast(i, reads[k], shapes[k], False)
+            elif all(is_low):
+                in_b[i], out_b[i], isize[i] = in_b[i] / 2, out_b[i] / 2, 2
+                dtypes_col[i] = str(dtypes_col[i]).replace("float32", "bfloat16")
+                low.update(writes)
+            else:                               # promoted inside the op: the BF16 inputs read half the bytes
+                in_b[i] -= sum(_numel(shapes[k]) * 2 for k, lw in zip(floats, is_low) if lw)
+        for sid in writes:                      # an FP32 tensor written again: its cached BF16 copy is stale
+            if sid in cached and not fp32[i]:
+                del cached[sid]
+        reads_col[i] = ",".join(new_reads)
+    ops["in_bytes"], ops["out_bytes"], ops["dtype_class"], ops["itemsize"] = in_b, out_b, dclass, isize
+    ops["reads"], ops["input_dtypes"] = reads_col, dtypes_col
+    extra = pd.DataFrame(casts, columns=[*trace_ops.columns, "_at"])
+    extra["seq"] = int(trace_ops["seq"].max()) + 1 + np.arange(len(extra))
+    order = np.concatenate([np.arange(len(ops), dtype=float), extra["_at"].to_numpy(dtype=float)])
+    ops = pd.concat([ops, extra.drop(columns="_at").astype({c: trace_ops[c].dtype for c in ("seq",)})],
+                    ignore_index=True).iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
     new_cell, where = _autocast_cell(trace_ops, cell, run_id)
     targets = frozenset(zip(trace_ops.loc[fp32, "name"].astype(str), trace_ops.loc[fp32, "module"].astype(str)))
     return CodeChange("autocast_bf16", "bf16 autocast", AUTOCAST_LINE, where, ops, AUTOCAST_BASIS, ("compute",),
@@ -243,7 +330,7 @@ def _autocast_cell(trace_ops: pd.DataFrame, cell: dict | None, run_id: Any) -> t
     unknown or its forward shares a line with the backward or the optimizer (`loss(model(x)).backward()`)."""
     from neuron_studio.profiler.analysis import variant_cell as _vc
 
-    generic = "around the forward pass and the loss (not the backward or optimizer step)"
+    generic = "around the forward pass and the loss, not the backward or optimizer step"
     if not cell or not isinstance(cell.get("source"), str) or "source" not in trace_ops:
         return None, generic
     options, body = _vc.split_cell(cell["source"])
