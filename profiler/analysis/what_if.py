@@ -47,7 +47,7 @@ COLUMNS = ["variant", "kind", "mode", "chip", "kernel", "step_time_ns", "step_ti
 #: What a row changes, from the smallest edit to the largest: the ranking breaks ties (at the speedup shown, one
 #: decimal) towards the smaller change.
 KINDS = ("profile", "code", "mode", "chip", "kernel")
-_EFFORT = {"code": 0, "mode": 1, "kernel": 3}
+_EFFORT = {"code": 0, "mode": 1, "kernel": 4}
 _MODE_EFFORT = {"eager": 0, "adaptive": 1, "compile": 2}
 #: A row counts as advice when it is predicted at least this much faster than the profile.
 MIN_SPEEDUP = 1.05

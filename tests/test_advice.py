@@ -1,0 +1,230 @@
+"""PyTorch-first advice: each one-line change is a what-if row re-modeled from the recorded ops, its prediction checked
+against running the change; one ranking names the change in both the breakdown's verdict and the What if line;
+kernel candidates only where they can help; costs readable."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import neuron_studio  # noqa: E402,F401
+from neuron_studio.profiler.analysis import what_if as wi  # noqa: E402
+from neuron_studio.profiler.analysis.hot_path import can_change  # noqa: E402
+from neuron_studio.profiler.capture import profile  # noqa: E402
+from neuron_studio.profiler.summary_numbers import usd_text  # noqa: E402
+from neuron_studio.ui.formatting import fmt_usd  # noqa: E402
+from neuron_studio.ui.html import render_html  # noqa: E402
+from neuron_studio.ui.text import render_text  # noqa: E402
+
+
+def _adamw_step(fused: bool, mode: str):
+    """The README's first example: an MLP whose step the AdamW update dominates."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), fused=fused)
+    x = torch.randn(32, 512, device="neuron")
+
+    def step():
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    return profile(step, steps=2, warmup=1, mode=mode, chip="trn2")
+
+
+def _fp32_matmuls(autocast: bool, mode: str):
+    """FP32 compute-bound work: wide linears on a large batch."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024)).to("neuron")
+    x = torch.randn(512, 1024, device="neuron")
+
+    def step():
+        with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+            y = model(x)
+        y.float().pow(2).mean().backward()
+
+    return profile(step, steps=1, warmup=1, mode=mode, chip="trn2")
+
+
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
+def test_fused_optimizer_row_predicts_running_it_fused(mode: str) -> None:
+    prof = _adamw_step(False, mode)
+    df = prof.what_if(chips=["trn2"])
+    row = df[df["variant"] == "AdamW(fused=True)"].iloc[0]
+    assert row["kind"] == "code" and "fused=True" in row["run"] and pd.notna(row["rank"])
+    ran = _adamw_step(True, mode)
+    assert "aten::_fused_adamw_" in set(ran.trace.ops["name"])
+    # the rewrite is the op sequence a fused step records: the re-modeled step is the fused run's, not a guess
+    assert row["step_time_ns"] == pytest.approx(ran.step_time_ns, rel=0.02)
+    assert row["step_time_ns"] < prof.step_time_ns
+    # a run that is already fused gets no such row
+    assert "AdamW(fused=True)" not in set(ran.what_if(chips=["trn2"])["variant"])
+
+
+def test_adamw_dominated_step_is_told_the_pytorch_line_before_any_kernel() -> None:
+    prof = _adamw_step(False, "adaptive")
+    first = prof.step_breakdown().recommendations[0]
+    assert "AdamW(fused=True)" in first.text and "fused=True" in first.text
+    assert "NKI kernel" not in first.text and "fused_adam" not in first.text
+    s = prof.to_summary()
+    assert s["what_if"]["best"] == "AdamW(fused=True)"
+    # the hot path's optimizer rows cite the PyTorch change first
+    opt_rows = [h for h in s["hot_ops"] if h["module"].startswith("optimizer.")]
+    assert opt_rows and all(h["change"]["variant"] == "AdamW(fused=True)" for h in opt_rows)
+    text = render_text(s)
+    assert "first: AdamW(fused=True)" in text and text.index("first: AdamW") < text.index("fused_adam")
+
+
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
+def test_bf16_autocast_row_predicts_running_under_autocast(mode: str) -> None:
+    prof = _fp32_matmuls(False, mode)
+    df = prof.what_if(chips=["trn2"])
+    row = df[df["variant"] == "bf16 autocast"].iloc[0]
+    assert row["run"] == 'with torch.autocast("neuron", dtype=torch.bfloat16):'
+    ran = _fp32_matmuls(True, mode)
+    assert ran.trace.ops.loc[ran.trace.ops["name"] == "aten::addmm", "input_dtypes"].str.contains("bfloat16").all()
+    # autocast's casting rules over the recorded storages: the casts and BF16 propagation, not a flat factor
+    assert row["step_time_ns"] == pytest.approx(ran.step_time_ns, rel=0.10)
+    casts = [c for c in prof.code_changes() if c.key == "autocast_bf16"][0].ops
+    assert (casts["name"] == "aten::_to_copy").sum() > 0
+
+
+def test_fp32_compute_bound_step_is_told_autocast_before_any_kernel() -> None:
+    prof = _fp32_matmuls(False, "adaptive")
+    rec = prof.step_breakdown().recommendations[0]
+    assert rec.category == "compute" and "(compute-bound)" in rec.text
+    assert "bf16 autocast" in rec.text and "torch.autocast" in rec.text and "NKI kernel" not in rec.text
+    assert prof.to_summary()["what_if"]["best"] == "bf16 autocast"
+
+
+def test_host_sync_row_removes_the_items_from_the_step() -> None:
+    w = torch.randn(64, 64, device="neuron")
+
+    def step():
+        total = 0.0
+        for _ in range(4):
+            total += (w @ w).relu().sum().item()     # a host sync per iteration
+
+    prof = profile(step, steps=2, warmup=1, mode="adaptive", chip="trn2")
+    row = prof.what_if(chips=["trn2"]).set_index("variant").filter(like="no host sync", axis=0).iloc[0]
+    assert row["kind"] == "code" and "item()" in row["run"]
+    change = [c for c in prof.code_changes() if c.key == "host_syncs"][0]
+    assert not change.ops["sync"].isin(["item", "to_host", "print"]).any()
+    assert row["step_time_ns"] < prof.step_time_ns
+
+
+def test_compile_is_not_advised_when_shapes_are_not_static() -> None:
+    x = torch.randn(256, 64, device="neuron")
+    lin = torch.nn.Linear(64, 64).to("neuron")
+
+    def step():
+        y = lin(x)
+        y[y > 0].sum()                       # boolean masking: a data-dependent output shape
+
+    prof = profile(step, steps=2, warmup=1, mode="eager", chip="trn2")
+    df = prof.what_if(chips=["trn2"])
+    comp = df[(df["mode"] == "compile") & (df["kind"] == "mode")].iloc[0]
+    assert not comp["advisable"] and pd.isna(comp["rank"])
+    assert comp["why_not"].startswith("shapes are not static: data-dependent output shapes")
+    assert all("compile" not in r.text for r in prof.step_breakdown().recommendations)
+
+
+def test_one_ranking_breaks_ties_one_way() -> None:
+    """Two rows shown at the same speedup (1.7x): the smaller change ranks first, in every view."""
+    rows = pd.DataFrame([
+        {"variant": "compile on trn2", "kind": "mode", "mode": "compile", "speedup": 1.74, "advisable": True},
+        {"variant": "adaptive on trn2", "kind": "mode", "mode": "adaptive", "speedup": 1.66, "advisable": True},
+        {"variant": "matmul_kernel for aten::mm", "kind": "kernel", "mode": "eager", "speedup": 1.7, "advisable": True},
+        {"variant": "AdamW(fused=True)", "kind": "code", "mode": "eager", "speedup": 1.04, "advisable": True},
+        {"variant": "eager on trn3", "kind": "chip", "mode": "eager", "speedup": 3.0, "advisable": False},
+    ])
+    rank = wi.rank_rows(rows)
+    assert rank.iloc[:3].tolist() == [2, 1, 3]
+    assert pd.isna(rank.iloc[3]) and pd.isna(rank.iloc[4])     # under MIN_SPEEDUP; another chip
+
+
+def test_breakdown_verdict_and_what_if_line_name_the_same_change() -> None:
+    for prof in (_adamw_step(False, "eager"), _adamw_step(False, "adaptive"), _fp32_matmuls(False, "eager")):
+        s = prof.to_summary()
+        best = next(r for r in s["what_if"]["rows"] if r["variant"] == s["what_if"]["best"])
+        assert best["rank"] == 1
+        first = s["breakdown"]["recommendations"][0]["text"]
+        assert best["run"] in first
+        text = render_text(s)
+        assert f"what if (modeled, approximate): {best['variant']}" in text
+        assert f"<b>{best['variant']}</b>" in render_html(s)
+
+
+def test_kernel_candidate_only_where_it_can_change_the_bound() -> None:
+    op_kernel = {"kernel": "matmul_kernel", "kind": "candidate", "pattern": "aten::mm"}
+    module_kernel = {"kernel": "rmsnorm_kernel", "kind": "candidate", "pattern": "RMSNorm"}
+    assert not can_change(op_kernel, "aten::mm", "launch")          # one launch replaces one launch
+    assert can_change(op_kernel, "aten::mm", "compute") and can_change(op_kernel, "aten::mm", "memory")
+    assert can_change(module_kernel, "aten::mul", "launch")          # many launches become one
+    assert can_change({"kind": "runs_as", "pattern": "aten::mm"}, "aten::mm", "launch")
+    # on a launch-bound eager step no single-op kernel is offered, and no saving exceeds the time it replaces
+    w = torch.randn(16, 16, device="neuron")
+    prof = profile(lambda: torch.addmm(w, w, w).relu(), steps=2, mode="eager", chip="trn2")
+    for h in prof.hot_path():
+        for k in h.kernels:
+            if h.bound == "launch" and k["kind"] == "candidate":
+                assert not str(k.get("pattern", "")).startswith("aten::")
+            if k.get("saving_ns") is not None:
+                assert 0 < k["saving_ns"] <= k["replaces_ns"]
+
+
+def test_module_kernel_saving_is_shown_against_the_module_time() -> None:
+    from tests.models.blocks import TransformerBlock
+
+    torch.manual_seed(0)
+    net = TransformerBlock(128, 4).to("neuron")
+    x = torch.randn(4, 128, 128, device="neuron")
+    with torch.no_grad():
+        prof = profile(lambda: net(x), steps=2, mode="eager", chip="trn2")
+    s = prof.to_summary()
+    mod = [h["kernel"] for h in s["hot_ops"] if h["kernel"] and str(h["kernel"].get("scope")).startswith("module")]
+    assert mod
+    for k in mod:
+        assert k["saving_ns"] <= k["replaces_ns"]
+    assert "of the module&#39;s" in render_html(s) and "of the module's" in render_text(s, top=20)
+
+
+@pytest.mark.parametrize("value,text", [(0.000084631, "$0.0000846"), (0.0007972, "$0.000797"), (0.1325, "$0.133"),
+                                        (2.4, "$2.40"), (1234.5, "$1,230"), (0.0, "$0")])
+def test_dollars_have_three_significant_digits_never_zeros_or_exponents(value: float, text: str) -> None:
+    assert usd_text(value) == text == fmt_usd(value)
+
+
+def test_summary_costs_are_per_million_steps_and_readable() -> None:
+    prof = _adamw_step(False, "eager")
+    s = prof.to_summary()
+    assert s["cost"]["per_1m_steps_usd"] == pytest.approx(prof.cost().per_step_usd * 1e6)
+    for out in (render_text(s), render_html(s)):
+        assert "$0.0000" not in out and not re.search(r"\$\d[\d.]*e-?\d", out)
+        assert "1M steps" in out
+    rows = s["what_if"]["rows"]
+    assert all(r["cost_per_1m_steps_usd"] > 0.001 for r in rows)     # readable at 3 significant digits
+
+
+def test_headline_shows_the_range_and_its_driver_calibration_in_a_footnote() -> None:
+    prof = _adamw_step(False, "eager")
+    s = prof.to_summary()
+    text = render_text(s)
+    head = text.splitlines()[1]
+    assert head.startswith("  step time (modeled):") and "range" in head and "launch cost per NEFF" in head
+    assert "±" not in text and "Calibration" not in head and "model error" not in text
+    assert "Calibration: trn2" in text and "this run's own uncertainty" in s["calibration_note"]
+    html = render_html(s)
+    assert "±" not in html and "range from launch cost per NEFF" in html
+    assert "MFU (modeled)" in html and "host time/step (measured)" in html and "Engine utilization (modeled)" in html
+
+
+def test_no_tracker_jargon_in_user_output() -> None:
+    prof = _adamw_step(False, "eager")
+    s = prof.to_summary()
+    for out in (render_text(s), render_html(s)):
+        assert not re.search(r"\bissue \d+", out) and "project default" not in out
