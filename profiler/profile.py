@@ -435,14 +435,20 @@ class Profile:
             from neuron_studio.profiler.analysis import code_changes as _cc
 
             self._code_changes = _cc.code_changes(self.trace.ops, cell=self.trace.meta.get("cell"),
-                                                  run_id=self.run_id)
+                                                  run_id=self.run_id, kinds=self._op_kinds())
         return self._code_changes
+
+    def _op_kinds(self) -> Any:
+        """Each recorded op's kind (`profiler.op_kinds`, row i of `trace.ops`), or None when the joined ops do not
+        line up with the recorded ones."""
+        kinds = self.ops["kind"].to_numpy(dtype=object) if "kind" in self.ops else None
+        return kinds if kinds is not None and len(kinds) == len(self.trace.ops) else None
 
     def _compile_why_not(self) -> str | None:
         """Why torch.compile is not advice for this run (shapes that are not static), or None."""
         from neuron_studio.profiler.analysis.code_changes import data_dependent_ops
 
-        dd = data_dependent_ops(self.trace.ops)
+        dd = data_dependent_ops(self.trace.ops, self._op_kinds())
         rc = int(self.trace.compiles["recompile"].sum()) if len(self.trace.compiles) else 0
         if not dd and not rc:
             return None

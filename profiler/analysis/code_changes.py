@@ -212,7 +212,8 @@ def _numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any = None) -> CodeChange | None:
+def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any = None,
+                  kinds: np.ndarray | None = None) -> CodeChange | None:
     """The step under bf16 autocast, or None when no FP32 matmul/convolution ran on the device (or the trace lacks
     the storages its ops read and wrote, which the casts are placed by).
 
@@ -227,8 +228,10 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
         return None
     names = trace_ops["name"].astype(str)
     engine = names.map(lambda n: classify_engine(n, False)).to_numpy(dtype=object)
-    fp32 = (engine == "tensor") & (trace_ops["dtype_class"].to_numpy() == DTYPE_FP32) & trace_ops["fallback"].isna().to_numpy()
-    fp32 &= trace_ops["phase"].isin(["forward", "backward"]).to_numpy()
+    on_device = (np.asarray(kinds, dtype=object) == "device") if kinds is not None and len(kinds) == len(trace_ops) \
+        else trace_ops["fallback"].isna().to_numpy()
+    fp32 = (engine == "tensor") & (trace_ops["dtype_class"].to_numpy() == DTYPE_FP32) & on_device
+    fp32 = fp32 & trace_ops["phase"].isin(["forward", "backward"]).to_numpy()
     if not fp32.any():
         return None
     ops = trace_ops.copy()
@@ -360,11 +363,15 @@ def _autocast_cell(trace_ops: pd.DataFrame, cell: dict | None, run_id: Any) -> t
     return head + "\n" + "\n".join(new_body), where
 
 
-def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None] | None = None) -> CodeChange | None:
-    """The step without its movable host syncs, or None when it has none."""
+def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None] | None = None,
+               kinds: np.ndarray | None = None) -> CodeChange | None:
+    """The step without its movable host syncs (ops the one op classification, `profiler.op_kinds`, calls `sync`
+    whose reason is a read the user wrote: `.item()`, `.cpu()`, printing), or None when it has none."""
     if not len(trace_ops) or "sync" not in trace_ops:
         return None
     sync = trace_ops["sync"].isin(_MOVABLE_SYNCS).to_numpy().copy()
+    if kinds is not None and len(kinds) == len(sync):
+        sync &= np.asarray(kinds, dtype=object) == "sync"
     if "tags" in trace_ops:
         sync &= ~trace_ops["tags"].astype(str).str.contains("timing_sync").to_numpy()
     if not sync.any():
@@ -384,20 +391,25 @@ def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None]
                       SYNC_BASIS, ("sync", "launch"), targets=targets)
 
 
-def data_dependent_ops(trace_ops: pd.DataFrame) -> list[str]:
-    """Ops whose output shape depends on values (nonzero, masked_select, unique): torch.compile must break or
-    recompile at them."""
+def data_dependent_ops(trace_ops: pd.DataFrame, kinds: np.ndarray | None = None) -> list[str]:
+    """Ops whose output shape depends on values (nonzero, masked_select, unique; `sync` ops by the one op
+    classification, with that reason): torch.compile must break or recompile at them."""
     if not len(trace_ops) or "sync" not in trace_ops:
         return []
-    return list(dict.fromkeys(trace_ops.loc[trace_ops["sync"] == "data_dependent", "name"].astype(str)))
+    dd = (trace_ops["sync"] == "data_dependent").to_numpy()
+    if kinds is not None and len(kinds) == len(dd):
+        dd = dd & (np.asarray(kinds, dtype=object) == "sync")
+    return list(dict.fromkeys(trace_ops.loc[dd, "name"].astype(str)))
 
 
-def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: Any = None) -> list[CodeChange]:
-    """Every change that applies to this trace, in a fixed order (the advisor ranks them with the other rows)."""
+def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: Any = None,
+                 kinds: np.ndarray | None = None) -> list[CodeChange]:
+    """Every change that applies to this trace, in a fixed order (the advisor ranks them with the other rows).
+    `kinds`: each op's kind (`profiler.op_kinds`, row i of `trace_ops`)."""
     cell = cell if isinstance(cell, dict) else None
     text = _source_text(cell)
-    out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers")), autocast_bf16(trace_ops, cell, run_id),
-           host_syncs(trace_ops, text)]
+    out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers")), autocast_bf16(trace_ops, cell, run_id, kinds),
+           host_syncs(trace_ops, text, kinds)]
     return [c for c in out if c is not None]
 
 
