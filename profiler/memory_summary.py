@@ -85,6 +85,8 @@ def _forecast_dict(forecast: Any) -> dict[str, Any]:
                    "fits_while_profiling": c.fits_while_profiling} for c in forecast.chips],
         "levers": [{"key": lv.key, "title": lv.title, "peak_bytes": lv.peak_bytes, "saving_bytes": lv.saving_bytes,
                     "fits": lv.fits, "how": lv.how, "assumption": lv.assumption} for lv in forecast.levers],
+        # modeled changes that would not lower this peak (a lever that adds bytes is not a lever): said, not listed
+        "no_help": [{"key": lv.key, "title": lv.title, "adds_bytes": -lv.saving_bytes} for lv in forecast.no_help],
         "assumptions": list(forecast.assumptions),
         "modeled": forecast.modeled,
     }

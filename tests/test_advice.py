@@ -228,3 +228,20 @@ def test_no_tracker_jargon_in_user_output() -> None:
     s = prof.to_summary()
     for out in (render_text(s), render_html(s)):
         assert not re.search(r"\bissue \d+", out) and "project default" not in out
+
+
+def test_a_lever_that_adds_bytes_is_not_a_lever() -> None:
+    """Autocast on a step with no optimizer and a small batch adds its BF16 copies to the peak: modeled, said as 'no
+    help here', never listed as a lever with a negative saving."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to("neuron")
+    x, t = torch.randn(64, 256, device="neuron"), torch.randn(64, 256, device="neuron")
+    prof = profile(lambda: torch.nn.functional.mse_loss(m(x), t).backward(), steps=1, warmup=1)
+    fc = prof.memory_forecast("trn2")
+    assert fc.levers and all(lv.saving_bytes > 0 for lv in fc.levers)
+    assert fc.no_help and all(lv.saving_bytes <= 0 for lv in fc.no_help)
+    s = prof.to_summary()
+    f = s["memory"]["forecast"]
+    assert all(lv["saving_bytes"] > 0 for lv in f["levers"]) and f["no_help"][0]["adds_bytes"] > 0
+    html = render_html(s)
+    assert "No help here (modeled)" in html and "−" not in html.split("No help here")[0].split("Levers")[-1]

@@ -98,10 +98,11 @@ class MemoryForecast:
     profiling_reserve_bytes: int | None
     fits_while_profiling: bool | None
     chips: list[ChipFit]
-    levers: list[Lever]
+    levers: list[Lever]               # changes that lower the peak (saving_bytes > 0), largest saving first
     assumptions: list[str] = field(default_factory=list)
     scale: float = 1.0
     modeled: bool = True
+    no_help: list[Lever] = field(default_factory=list)   # modeled, but they would not lower this peak
 
     def summary_line(self) -> str:
         """'peak 18.3 GiB of 24 GiB (trn2, LNC=2)' — and what overflows when it does not fit."""
@@ -347,7 +348,9 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
         by_category=dict(peak.attrs["by_category"]), capacity_bytes=cap, headroom_bytes=cap - peak_bytes, fits=fits,
         profiling_reserve_bytes=reserve,
         fits_while_profiling=None if reserve is None else peak_bytes + reserve <= cap,
-        chips=chip_fits(peak_bytes), levers=sorted(levers, key=lambda lv: -lv.saving_bytes),
+        chips=chip_fits(peak_bytes),
+        levers=sorted((lv for lv in levers if lv.saving_bytes > 0), key=lambda lv: -lv.saving_bytes),
+        no_help=[lv for lv in levers if lv.saving_bytes <= 0],
         assumptions=[RUNTIME_ASSUMPTION, RESERVE_ASSUMPTION] + (
             [f"every captured byte multiplied by {scale:g}: a what-if for a proportionally larger model, "
              "not a run of it"] if scale != 1.0 else []),
