@@ -28,6 +28,9 @@ class NeuronMagics(Magics):
     @argument("--no-profile", action="store_true", help="run on the neuron device without profiling")
     @argument("--name", default=None, help="a name for this run (used by %%neuron_show / --compare)")
     @argument("--compare", default=None, help="RUN (id or name) to diff against (default: the cell's previous run)")
+    @argument("--memory-scale", type=float, default=None,
+              help="forecast memory for a model whose every tensor is this many times larger than the one run "
+                   "(a scaled-down replica: e.g. {K**2} for K times narrower, K times smaller vocabulary and batch)")
     @argument("--sync", dest="sync", action="store_true", default=True,
               help="synchronize the device before timing ends (default)")
     @argument("--no-sync", dest="sync", action="store_false", help="do not synchronize at the end")
@@ -57,7 +60,7 @@ class NeuronMagics(Magics):
             source=cell, mode=args.mode, chip=args.chip, steps=args.steps,
             warmup=args.warmup if args.warmup is not None else (1 if args.steps > 1 else 0),
             profile=not args.no_profile, name=args.name, compare=args.compare, sync=args.sync,
-            options_line=line,
+            options_line=line, memory_scale=args.memory_scale,
         )
         return run_cell(self.shell, spec)
 
@@ -136,6 +139,8 @@ def _validate(args: Any) -> list[str]:
         problems.append(f"--chip must be one of {', '.join(trainium_chips())} (got {args.chip!r})")
     if args.steps < 1:
         problems.append(f"--steps must be >= 1 (got {args.steps})")
+    if args.memory_scale is not None and not args.memory_scale > 0:
+        problems.append(f"--memory-scale must be > 0 (got {args.memory_scale:g})")
     if args.warmup is not None and args.warmup < 0:
         problems.append(f"--warmup must be >= 0 (got {args.warmup})")
     return problems

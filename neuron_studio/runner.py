@@ -33,6 +33,7 @@ class CellRun:
     compare: str | None = None
     sync: bool = True
     options_line: str = ""
+    memory_scale: float | None = None   # the memory forecast is for a model this many times larger (a replica's)
 
 
 def _cell_filename(shell: Any) -> str:
@@ -271,6 +272,8 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     if cap.trace is not None:
         cap.trace.ops["source"] = _cell_sources(shell, cap.trace.ops["source"])
         cap.trace.meta["cell"] = _origin(shell, spec, notebook)
+        if spec.memory_scale is not None:
+            cap.trace.meta["memory_scale"] = float(spec.memory_scale)
     warnings: list[str] = list(settings.notes)
     if spec.mode == "compile" and cap.trace is not None:
         rows = breaks.rows(source_of=lambda s: _cell_sources(shell, pd.Series([s])).iloc[0])

@@ -564,12 +564,15 @@ class Profile:
         return _mem.memory_bounds(self.trace.memory, device=device)
 
     def memory_forecast(self, chip: str | None = None, lnc: int | None = None, *, device: int | None = None,
-                        shards: int | None = None, scale: float = 1.0) -> _fc.MemoryForecast:
+                        shards: int | None = None, scale: float | None = None) -> _fc.MemoryForecast:
         """Does the step fit on `chip` (default: the profile's) at `lnc`, and what each lever would save.
 
         `scale` multiplies every captured byte: the forecast for a model whose every tensor is `scale` times
         larger (e.g. k x wider, k x the vocabulary and k x the batch of a transformer: scale = k**2). It is
-        arithmetic on this run's timeline, reported as such (`MemoryForecast.scale`)."""
+        arithmetic on this run's timeline, reported as such (`MemoryForecast.scale`). Default: the scale the run
+        was profiled with (`%%neuron --memory-scale`), so the cell's Memory tab and this forecast agree; else 1."""
+        if scale is None:
+            scale = float(self.trace.meta.get("memory_scale") or 1.0)
         chip = (chip or self.trace.chip).lower()
         if lnc is None and chip == self.trace.chip:
             lnc = self.trace.meta.get("lnc")

@@ -278,3 +278,33 @@ def test_a_rerun_cell_keeps_its_memory_categories_and_peak(tmp_path) -> None:  #
     finally:
         session().use_store(None)
         shell.reset(new_session=False)
+
+
+def test_memory_tab_and_forecast_tell_one_story_for_a_scaled_replica(tmp_path) -> None:  # noqa: ANN001
+    """Tutorial 06: a replica profiled with `--memory-scale`: the cell's Memory tab gives the full model's verdict,
+    the same as `prof.memory_forecast()` and `memory_forecast(scale=...)`, not the replica's 'fits'."""
+    from IPython.testing import globalipapp
+
+    from neuron_studio.session import session
+
+    shell = globalipapp.get_ipython()
+    session().use_store(tmp_path)
+    shell.run_line_magic("load_ext", "neuron_studio")
+    try:
+        assert shell.run_cell("import torch\nK = 40\nw = torch.randn(256, 256, device='neuron', requires_grad=True)\n"
+                              "x = torch.randn(64, 256, device='neuron')\n").success
+        res = shell.run_cell("%%neuron --name replica --memory-scale {K**2}\n(x @ w).relu().sum().backward()")
+        assert res.success, res.error_in_exec
+        prof = res.result
+        assert prof.trace.meta["memory_scale"] == 1600.0
+        f = prof.summary_payload["memory"]["forecast"]
+        fc = prof.memory_forecast()
+        assert fc.scale == 1600.0 and fc.peak_bytes == prof.memory_forecast(scale=1600).peak_bytes
+        assert f["fits"] == fc.fits and f["summary_line"] == fc.summary_line()
+        assert "x1600 (scaled from the captured run)" in f["summary_line"]
+        assert prof.memory_forecast(scale=1.0).fits and prof.memory_peak().attrs["peak_bytes"] * 1600 > 0
+        bad = shell.run_cell("%%neuron --memory-scale 0\nx.sum()")
+        assert not bad.success and "--memory-scale must be > 0" in str(bad.error_in_exec or bad.error_before_exec)
+    finally:
+        session().use_store(None)
+        shell.reset(new_session=False)

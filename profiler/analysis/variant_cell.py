@@ -18,7 +18,7 @@ __all__ = ["VariantCellError", "MagicLine", "split_cell", "parse_magic_options",
 MAGIC = "%%neuron"
 
 #: The `%%neuron` options that take a value, and the flags (magics.py declares them; kept in step by a test).
-VALUED = ("mode", "chip", "steps", "warmup", "name", "compare")
+VALUED = ("mode", "chip", "steps", "warmup", "name", "compare", "memory-scale")
 FLAGS = ("no-profile", "sync", "no-sync")
 
 #: What a row's line sets, in the order they are written when the profiled cell did not set them.
