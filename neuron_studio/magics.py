@@ -4,8 +4,9 @@
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
-from typing import Any
+from typing import Any, Iterator
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -56,6 +57,7 @@ class NeuronMagics(Magics):
             raise _usage_error("%%neuron: " + "; ".join(problems))
         from neuron_studio.runner import CellRun, run_cell
 
+        __tracebackhide__ = True  # noqa: F841 - a failing cell's traceback starts at the user's code
         spec = CellRun(
             source=cell, mode=args.mode, chip=args.chip, steps=args.steps,
             warmup=args.warmup if args.warmup is not None else (1 if args.steps > 1 else 0),
@@ -92,7 +94,8 @@ class NeuronMagics(Magics):
             raise UsageError("usage: %neuron_show RUN   (a run id or name; see %neuron_runs)")
         from neuron_studio.runner import show_run
 
-        return show_run(parts[0])
+        with _lookup_as_usage("%neuron_show"):
+            return show_run(parts[0])
 
     @line_magic
     def neuron_compare(self, line: str = "") -> Any:
@@ -102,7 +105,8 @@ class NeuronMagics(Magics):
             raise UsageError("usage: %neuron_compare RUN_A RUN_B   (run ids or names; see %neuron_runs)")
         from neuron_studio.runner import compare_runs
 
-        return compare_runs(parts[0], parts[1])
+        with _lookup_as_usage("%neuron_compare"):
+            return compare_runs(parts[0], parts[1])
 
     @line_magic
     def neuron_check(self, line: str = "") -> Any:
@@ -112,7 +116,8 @@ class NeuronMagics(Magics):
             raise UsageError("usage: %neuron_check [RUN]   (a run id or name; default: the last profiled cell)")
         from neuron_studio.runner import porting_check
 
-        return porting_check(parts[0] if parts else None)
+        with _lookup_as_usage("%neuron_check"):
+            return porting_check(parts[0] if parts else None)
 
 
 _NEURON_USAGE = ("usage: %%neuron [--mode eager|adaptive|compile] [--chip trn1|trn2|trn3] [--steps N] [--warmup N]\n"
@@ -122,6 +127,18 @@ _NEURON_USAGE = ("usage: %%neuron [--mode eager|adaptive|compile] [--chip trn1|t
 def _usage_error(message: str) -> UsageError:
     """A bad option fails the cell (Run All, nbclient and papermill stop), as IPython's own magics do."""
     return UsageError(f"{message}\n{_NEURON_USAGE}")
+
+
+@contextlib.contextmanager
+def _lookup_as_usage(magic: str) -> Iterator[None]:
+    """A run that is not there (`RunNotFound`, no profile yet) is the user's input, not a bug: its message alone,
+    as a UsageError (the cell fails, no traceback), like IPython's own magics."""
+    try:
+        yield
+    except LookupError as e:
+        message = e.args[0] if e.args and isinstance(e.args[0], str) else str(e)
+        prefix = "" if message.startswith(magic) else f"{magic}: "
+        raise UsageError(prefix + message) from None
 
 
 def _split(line: str, magic: str) -> list[str]:

@@ -54,6 +54,7 @@ def _cell_function(shell: Any, spec: CellRun) -> tuple[Callable[[], Any], str]:
         code = compile(source, filename, "exec")
 
         def run() -> Any:
+            __tracebackhide__ = True  # noqa: F841 - IPython hides this frame: the user's cell comes first
             exec(code, ns)  # noqa: S102 - this is the user's own cell, as IPython runs it
 
         return run, filename
@@ -149,20 +150,26 @@ def _assigned_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _cell_sources(shell: Any, sources: Any) -> Any:
-    """Rewrite IPython's per-cell file names ("/tmp/ipykernel_1/123.py:4") as "cell-<In number>:<line>"."""
-    fmap = getattr(getattr(shell, "compile", None), "_filename_map", None) or {}
-    if not fmap:
-        return sources
+def _cell_namer(shell: Any) -> Callable[[str, int], str] | None:
+    """How the device names user code: IPython's per-cell files ("/tmp/ipykernel_1/123.py") as
+    "cell-<In number>:<line>", the cell this magic runs (compiled as "cell-<n>") and real files as "path:line"."""
+    comp = getattr(shell, "compile", None)
+    if comp is None:
+        return None
 
-    def one(src: Any) -> Any:
-        if not isinstance(src, str):
-            return src
-        path, sep, line = src.rpartition(":")
-        count = fmap.get(path)
-        return f"cell-{count}:{line}" if sep and count is not None else src
+    def name(filename: str, line: int) -> str:
+        count = (getattr(comp, "_filename_map", None) or {}).get(filename)
+        return f"cell-{count}:{line}" if count is not None else f"{filename}:{line}"
 
-    return sources.map(one)
+    return name
+
+
+def _renamed(namer: Callable[[str, int], str] | None, source: Any) -> Any:
+    """A "file:line" recorded outside the device (Dynamo's graph breaks), named as the device names op sources."""
+    if namer is None or not isinstance(source, str):
+        return source
+    path, sep, line = source.rpartition(":")
+    return namer(path, int(line)) if sep and line.isdigit() else source
 
 
 class _Progress:
@@ -217,7 +224,9 @@ def _notebook_and_cell(shell: Any) -> tuple[str | None, str | None]:
 
 
 def run_cell(shell: Any, spec: CellRun) -> Any:
-    """Run a `%%neuron` cell. Exceptions propagate after the partial run is saved (status error/interrupted)."""
+    """Run a `%%neuron` cell. Exceptions propagate after the partial run is saved (status error/interrupted);
+    the studio's frames are hidden from their traceback (`__tracebackhide__`, as IPython hides its own)."""
+    __tracebackhide__ = True  # noqa: F841
     reg = _device.register()
     if spec.chip:
         from neuron_studio.device.targets import target_for
@@ -250,6 +259,8 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         store.finish_run(run_id, status="interrupted" if isinstance(e, KeyboardInterrupt) else "error",
                          summary=None)
         raise
+    namer = _cell_namer(shell)
+    reg.bus.set_source_namer(namer)     # op sources and memory rows: `cell-<In>:<line>` once, here
     cap = Capture(mode=spec.mode, chip=chip, name=spec.name)
     progress = _Progress(spec.steps, f"%%neuron {spec.mode}", live=getattr(shell, "kernel", None) is not None)
     t0 = time.perf_counter()
@@ -270,13 +281,12 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
     wall = time.perf_counter() - t0
     status = cap.status if cap.trace is not None else "error"
     if cap.trace is not None:
-        cap.trace.ops["source"] = _cell_sources(shell, cap.trace.ops["source"])
         cap.trace.meta["cell"] = _origin(shell, spec, notebook)
         if spec.memory_scale is not None:
             cap.trace.meta["memory_scale"] = float(spec.memory_scale)
     warnings: list[str] = list(settings.notes)
     if spec.mode == "compile" and cap.trace is not None:
-        rows = breaks.rows(source_of=lambda s: _cell_sources(shell, pd.Series([s])).iloc[0])
+        rows = breaks.rows(source_of=lambda s: _renamed(namer, s))
         cap.trace.meta["graph_breaks"] = rows
         for b in rows:
             warnings.append(f"graph break at {b['source']} ({b['count']}x): {b['reason']}")

@@ -63,6 +63,10 @@ def test_op_table_without_shapes_ranks_by_measured_gpu_time():
     assert first["op"] == "aten::mm" and first["measured_ns"] == 230_000
     # the model's columns rest on ops it could not size: left empty, never shown as figures
     assert all(r["device_ns"] is None and r["flops"] is None for r in s["op_table"])
+    from neuron_studio.ui.html import render_html
+
+    page = render_html(s)           # the inline output says what it ranks by, and shows the measured column
+    assert "Ranked by measured GPU time" in page and "GPU/step (measured)" in page
 
 
 def test_op_table_with_shapes_stays_modeled():

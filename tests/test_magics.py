@@ -326,3 +326,42 @@ def test_progress_is_a_real_bar_cleared_when_done(monkeypatch):
     assert shown[1][0]["text/plain"].startswith("%%neuron eager: step 2/3")
     assert shown[-1][0] == {"text/plain": ""}                                  # cleared when done
     assert _Progress(3, "x", live=False).handle is None                        # no frontend: nothing shown
+
+
+def test_failing_cell_traceback_starts_with_the_users_frames(ip, capsys):
+    """Issue 28: the studio's frames (magic, runner, the cell runner) are hidden as IPython hides its own, so the
+    traceback goes from the cell straight to the user's line."""
+    capsys.readouterr()
+    res = ip.run_cell("%%neuron --name tb\nwrong = torch.randn(3, 7, device='neuron')\ny = m(wrong)\n")
+    assert isinstance(res.error_in_exec, RuntimeError)
+    shown = capsys.readouterr().out
+    assert "y = m(wrong)" in shown
+    before_user = shown.split("y = m(wrong)")[0]
+    assert "neuron_studio" not in before_user and "runner.py" not in shown and "magics.py" not in shown, shown
+
+
+def test_op_sources_of_earlier_cells_name_the_cell(ip):
+    """Issue 28: a source in an earlier cell (an ipykernel temp file in IPython) reads `cell-<In>:<line>` in every
+    table (op sources, memory rows), named once where the device records it."""
+    ok = ip.run_cell("def fwd_in_earlier_cell(t):\n    return m(t)\n")
+    assert ok.success
+    res = run(ip, "--name src", "y = fwd_in_earlier_cell(x)\n")
+    assert res.success, res.error_in_exec
+    prof = res.result
+    sources = set(prof.trace.ops["source"].dropna())
+    assert sources and all(s.startswith("cell-") for s in sources), sources
+    assert f"cell-{ok.execution_count}:2" in sources
+    mem_sources = set(prof.memory_peak()["source"].dropna())
+    assert f"cell-{ok.execution_count}:2" in mem_sources                  # old code: IPython's own file name
+    assert all(s.startswith("cell-") for s in mem_sources), mem_sources
+
+
+def test_missing_run_is_a_message_not_a_traceback(ip, capsys):
+    from IPython.core.error import UsageError
+
+    for line in ("%neuron_show 99999", "%neuron_compare 99998 99999", "%neuron_check 99999"):
+        res = ip.run_cell(line)
+        assert isinstance(res.error_in_exec, UsageError), (line, res.error_in_exec)
+        assert "99999" in str(res.error_in_exec) or "99998" in str(res.error_in_exec)
+    shown = capsys.readouterr()
+    assert "Traceback" not in shown.out + shown.err and "RunNotFound" not in shown.out + shown.err

@@ -6,7 +6,7 @@
  * profiled cell itself is never changed. Lays out the summary's `what_if` block.
  */
 import type { IProfileViewActions } from './mime';
-import { el, fmtNs, fmtPct, fmtUsd, isNum, table } from './dom';
+import { el, fmtNs, fmtPct, fmtUsd, isNum } from './dom';
 import { ICompare, IProfilePayload, IProfiledCell, IWhatIfRow } from './tokens';
 
 function copyButton(line: string): HTMLElement {
@@ -79,19 +79,27 @@ export function insertControls(
   return insertButtons(r, profiled, actions.insertVariant);
 }
 
-function runCell(r: IWhatIfRow, profiled: IProfiledCell | null | undefined, actions: IProfileViewActions): HTMLElement | string {
+/** A row's command, on one line (scrolls sideways when longer than the table is wide), or null. */
+function runLine(r: IWhatIfRow): HTMLElement | null {
+  return r.run ? el('div', { class: 'ns-RunLine' }, el('code', { text: r.run, title: r.cell ?? r.run })) : null;
+}
+
+/** A row's buttons, in their own column: Copy, then Insert & run / Insert (or why there are none). */
+function runButtons(r: IWhatIfRow, profiled: IProfiledCell | null | undefined, actions: IProfileViewActions): HTMLElement {
+  const cell = el('td', { class: 'ns-RunButtons' });
   if (!r.run) {
-    return '—';
+    cell.textContent = '—';
+    return cell;
   }
-  const line = el('span', { class: 'ns-RunLine' }, el('code', { text: r.run, title: r.cell ?? r.run }), ' ', copyButton(r.run));
+  cell.appendChild(copyButton(r.run));
   const insert = insertControls(r, profiled, actions);
   if (insert) {
-    line.appendChild(insert);
+    cell.appendChild(insert);
   } else if (!r.current && actions.insertVariant && profiled) {
     // the table's note says why a profile has no cells at all; a row of one that has says it here
-    line.appendChild(el('span', { class: 'ns-Muted ns-NoInsert', text: ' ⓘ', title: noInsertReason(r, profiled) }));
+    cell.appendChild(el('span', { class: 'ns-Muted ns-NoInsert', text: ' ⓘ', title: noInsertReason(r, profiled) }));
   }
-  return line;
+  return cell;
 }
 
 /** A short label of how a row is known; the full reason is its title and a note under the table. */
@@ -117,32 +125,50 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
   const rows = [...w.rows].sort(
     (a, b) => Number(b.current) - Number(a.current) || (a.step_time_ns ?? Infinity) - (b.step_time_ns ?? Infinity)
   );
-  const t = table(
-    ['Variant', 'Mode', 'Chip', 'Step time', 'Range', 'Speedup', 'MFU', 'Cost / 1k steps', 'Run it', 'How it is known'],
-    rows.map(r => [
-      r.variant,
-      r.mode,
-      r.chip,
-      fmtNs(r.step_time_ns),
-      isNum(r.step_time_low_ns) && isNum(r.step_time_high_ns) ? `${fmtNs(r.step_time_low_ns)} – ${fmtNs(r.step_time_high_ns)}` : '—',
-      isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—',
-      fmtPct(r.mfu),
-      fmtUsd(r.cost_per_1000_steps_usd),
-      runCell(r, w.cell, actions),
-      el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })
-    ]),
-    'ns-WhatIfTable'
+  // the variant's name says its mode and chip ("adaptive on trn2"); the row carries them as data attributes
+  const headers = ['Variant', 'Step time', 'Range', 'Speedup', 'MFU', 'Cost / 1k steps', 'How it is known'];
+  // two rows per variant: its figures, then the command that runs it on a line of its own under them; the
+  // buttons (Copy, Insert & run, Insert) span both rows in the last column
+  const body: HTMLElement[] = [];
+  for (const r of rows) {
+    const figures = el(
+      'tr',
+      { class: 'ns-WhatIfFigures' },
+      el('td', { class: 'ns-Variant', text: r.variant }),
+      el('td', { class: 'ns-Num', text: fmtNs(r.step_time_ns) }),
+      el('td', {
+        class: 'ns-Range',
+        text: isNum(r.step_time_low_ns) && isNum(r.step_time_high_ns) ? `${fmtNs(r.step_time_low_ns)} – ${fmtNs(r.step_time_high_ns)}` : '—'
+      }),
+      ...[isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—', fmtPct(r.mfu), fmtUsd(r.cost_per_1000_steps_usd)].map(c =>
+        el('td', { class: 'ns-Num', text: c })
+      ),
+      el('td', {}, el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })),
+      runButtons(r, w.cell, actions)
+    );
+    figures.querySelector('td.ns-RunButtons')?.setAttribute('rowspan', '2');
+    figures.setAttribute('data-current', String(r.current));
+    figures.setAttribute('data-step-ns', String(r.step_time_ns));
+    figures.setAttribute('data-low-ns', String(r.step_time_low_ns ?? ''));
+    figures.setAttribute('data-high-ns', String(r.step_time_high_ns ?? ''));
+    figures.setAttribute('data-variant', r.variant);
+    figures.setAttribute('data-mode', r.mode);
+    figures.setAttribute('data-chip', r.chip);
+    figures.classList.toggle('ns-mod-current', r.current);
+    figures.classList.toggle('ns-mod-best', r.variant === w.best);
+    const line = runLine(r);
+    const run = el('tr', { class: 'ns-WhatIfRun', attrs: { 'data-run-of': r.variant } },
+      el('td', { attrs: { colspan: String(headers.length) } }, line ?? el('span', { class: 'ns-Muted', text: 'no line runs this variant' })));
+    run.classList.toggle('ns-mod-current', r.current);
+    run.classList.toggle('ns-mod-best-run', r.variant === w.best);
+    body.push(figures, run);
+  }
+  const t = el(
+    'table',
+    { class: 'ns-Table ns-WhatIfTable' },
+    el('thead', {}, el('tr', {}, ...headers.map(h => el('th', { text: h })), el('th', { text: 'Run it' }))),
+    el('tbody', {}, ...body)
   );
-  t.querySelectorAll('tbody tr').forEach((tr, i) => {
-    const r = rows[i];
-    tr.setAttribute('data-current', String(r.current));
-    tr.setAttribute('data-step-ns', String(r.step_time_ns));
-    tr.setAttribute('data-low-ns', String(r.step_time_low_ns ?? ''));
-    tr.setAttribute('data-high-ns', String(r.step_time_high_ns ?? ''));
-    tr.setAttribute('data-variant', r.variant);
-    tr.classList.toggle('ns-mod-current', r.current);
-    tr.classList.toggle('ns-mod-best', r.variant === w.best);
-  });
   const reasons = [...new Set(rows.filter(r => !r.current).map(r => r.basis))];
   return el(
     'div',

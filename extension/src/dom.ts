@@ -90,13 +90,17 @@ export function bar(label: string, fraction: number | null | undefined, detail?:
   );
 }
 
-/** A table from rows of cells (strings or nodes). */
+/** A figure ("97.1 µs", "$0.0001", "9.22×", "77.1 µs – 127.1 µs", "1.07 G"): kept on one line in a table. */
+const FIGURE = /^[-+−]?[$]?[\d.,]+\s?(?:[a-zA-Zµ%×/]{0,3})(?:\s[–-]\s[$]?[\d.,]+\s?[a-zA-Zµ%×]{0,3})?$|^[—–-]$/;
+
+/** A table from rows of cells (strings or nodes); cells holding a figure are marked `ns-Num` (no wrapping). */
 export function table(headers: string[], rows: Child[][], cls = ''): HTMLTableElement {
   const thead = el('thead', {}, el('tr', {}, ...headers.map(h => el('th', { text: h }))));
+  const cell = (c: Child) => el('td', typeof c === 'string' && FIGURE.test(c) ? { class: 'ns-Num' } : {}, c);
   const tbody = el(
     'tbody',
     {},
-    ...rows.map(cells => el('tr', {}, ...cells.map(c => el('td', {}, c))))
+    ...rows.map(cells => el('tr', {}, ...cells.map(cell)))
   );
   return el('table', { class: `ns-Table ${cls}`.trim() }, thead, tbody);
 }

@@ -39,7 +39,7 @@ function ns(t: ITemporalBreakdown, kind: string): number | null {
   return typeof v === 'number' ? v : null;
 }
 
-export function temporalBar(t: ITemporalBreakdown): HTMLElement {
+export function temporalBar(t: ITemporalBreakdown, kind = 'GPU'): HTMLElement {
   const strip = el(
     'div',
     { class: 'ns-GpuStrip' },
@@ -53,20 +53,26 @@ export function temporalBar(t: ITemporalBreakdown): HTMLElement {
     'div',
     { class: 'ns-Muted' },
     KINDS.map(([k]) => `${k} ${fmtNs(ns(t, k))} (${fmtPct(share(t, k))})`).join(' · ') +
-      ` — over ${fmtNs(t.span_ns)} of GPU span (measured)`
+      ` — over ${fmtNs(t.span_ns)} of ${kind} span (measured)`
   );
   return el('div', { class: 'ns-GpuTemporal' }, strip, legend);
 }
 
+/** What recorded the trace's device activity, as named in it ("GPU", "MTIA", ...). */
+function kindOf(g: IGpuBlock): string {
+  return g.device_kind ?? 'GPU';
+}
+
 function measuredSection(g: IGpuBlock): HTMLElement {
+  const kind = kindOf(g);
   return el(
     'div',
     { class: 'ns-GpuSection' },
     el('h4', { text: 'Temporal breakdown' }),
-    temporalBar(g.temporal),
+    temporalBar(g.temporal, kind),
     el('div', {
       class: 'ns-Muted',
-      text: `${g.activities} GPU activities, ${fmtNs(g.total_ns)} in total; ${fmtNs(g.unattributed_ns)} with no recorded launching op`
+      text: `${g.activities} ${kind} activities, ${fmtNs(g.total_ns)} in total; ${fmtNs(g.unattributed_ns)} with no recorded launching op`
     }),
     el('h4', { text: 'Kernels' }),
     table(
@@ -82,15 +88,16 @@ function metric(label: string, value: string): HTMLElement {
 }
 
 export function vsTrainiumSection(v: IGpuVsTrainium): HTMLElement {
-  const gpu = v.gpu ?? 'GPU';
+  const kind = v.device_kind ?? 'GPU';
+  const gpu = v.gpu ?? kind;
   const parts: Child[] = [
     el(
       'div',
       { class: 'ns-Metrics' },
       metric(`${gpu} step (measured)`, fmtNs(v.gpu_step_ns)),
-      metric('GPU busy/step (measured)', fmtNs(v.gpu_busy_ns)),
+      metric(`${kind} busy/step (measured)`, fmtNs(v.gpu_busy_ns)),
       metric(`${v.chip} step (modeled)`, v.trainium_step_ns === null ? 'not modeled' : fmtNs(v.trainium_step_ns)),
-      metric('GPU / 1k steps', fmtUsd(v.gpu_per_1000_steps_usd)),
+      metric(`${kind} / 1k steps`, fmtUsd(v.gpu_per_1000_steps_usd)),
       metric(`${v.chip} / 1k steps (modeled)`, fmtUsd(v.trainium_per_1000_steps_usd))
     ),
     table(
@@ -111,7 +118,7 @@ export function vsTrainiumSection(v: IGpuVsTrainium): HTMLElement {
     parts.push(
       el('h4', { text: 'What the port would hit' }),
       table(
-        ['Op', 'Calls', 'Reason', 'Why', 'GPU time/step'],
+        ['Op', 'Calls', 'Reason', 'Why', `${kind} time/step`],
         v.port_issues.map(i => [i.op, String(i.count), i.reason, i.why, fmtNs(i.gpu_ns)]),
         'ns-PortIssues'
       )
@@ -122,7 +129,7 @@ export function vsTrainiumSection(v: IGpuVsTrainium): HTMLElement {
   parts.push(
     el('div', {
       class: 'ns-Muted',
-      text: `prices: GPU ${fmtUsd(v.gpu_price_per_hour_usd)}/h (${v.gpu_price_source}); ${v.chip} ${fmtUsd(v.trainium_price_per_hour_usd)}/h`
+      text: `prices: ${kind} ${fmtUsd(v.gpu_price_per_hour_usd)}/h (${v.gpu_price_source}); ${v.chip} ${fmtUsd(v.trainium_price_per_hour_usd)}/h`
     }),
     ...v.notes.map(n => el('div', { class: 'ns-Muted', text: n }))
   );
@@ -135,9 +142,10 @@ export function gpuPages(p: IProfilePayload): [string, HTMLElement][] {
   if (!g) {
     return [];
   }
-  const pages: [string, HTMLElement][] = [['GPU (measured)', measuredSection(g)]];
+  const kind = kindOf(g);
+  const pages: [string, HTMLElement][] = [[`${kind} (measured)`, measuredSection(g)]];
   if (g.vs_trainium) {
-    pages.push(['GPU → Trainium', vsTrainiumSection(g.vs_trainium)]);
+    pages.push([`${kind} → Trainium`, vsTrainiumSection(g.vs_trainium)]);
   }
   return pages;
 }

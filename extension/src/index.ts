@@ -19,6 +19,7 @@ import { createRendererFactory, el, IProfileViewActions, parseSource } from './m
 import { latestProfile, resolveSourceCell, revealCellLine } from './sources';
 import { findProfiledCell, insertBelow, samePath } from './variants';
 import { ProfilerPanel } from './panel';
+import { neuronIcon, ProfilerSidebar } from './sidebar';
 import { requestAPI } from './request';
 import { NeuronStatusItem } from './status';
 import {
@@ -296,7 +297,8 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
 
     app.commands.addCommand(CommandIDs.openProfiler, {
       label: 'Neuron Profiler',
-      caption: 'Runs, timelines and op tables of this notebook’s Neuron Studio store',
+      icon: neuronIcon,
+      caption: 'Runs, timelines and op tables of this notebook’s %%neuron cells',
       describedBy: {
         args: { type: 'object', properties: { runId: { type: 'number' }, path: { type: 'string' } } }
       },
@@ -326,7 +328,20 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
     });
 
     palette?.addItem({ command: CommandIDs.openProfiler, category: 'Neuron Studio' });
-    launcher?.add({ command: CommandIDs.openProfiler, category: 'Other', rank: 10 });
+    launcher?.add({ command: CommandIDs.openProfiler, category: 'Neuron Studio', rank: 1 });
+    // the left sidebar's entry: this notebook's runs, each opening the panel on it
+    const sidebar = new ProfilerSidebar({
+      getNotebookPath: () => notebooks?.currentWidget?.context.path ?? null,
+      openProfiler: (runId, path) =>
+        run(app, CommandIDs.openProfiler, { ...(runId === null ? {} : { runId }), ...(path ? { path } : {}) })
+    });
+    app.shell.add(sidebar, 'left', { rank: 800 });
+    notebooks?.currentChanged.connect(() => {
+      if (sidebar.isVisible) {
+        void sidebar.refresh();
+      }
+    });
+    restorer?.add(sidebar, sidebar.id);
     if (restorer) {
       void restorer.restore(tracker, { command: CommandIDs.openProfiler, name: () => 'neuron-studio-profiler' });
     }

@@ -113,7 +113,7 @@ export function sourceLabel(source: SourceRef | undefined): string {
 export function sourceLink(source: SourceRef | undefined, actions: IProfileViewActions): HTMLElement | string {
   const parsed = parseSource(source);
   if (!parsed || !actions.openSource) {
-    return source ? el('span', { class: 'ns-Source', text: String(source) }) : '—';
+    return source ? el('span', { class: 'ns-Source', text: sourceLabel(source), title: String(source) }) : '—';
   }
   const link = el('a', {
     class: `ns-SourceLink ns-SourceLink-${parsed.kind}`,
@@ -191,9 +191,44 @@ export function groupSyncPoints(points: ISyncPoint[]): (ISyncPoint & { n: number
   return [...groups.values()];
 }
 
-export function opTable(rows: IOpRow[]): HTMLTableElement {
+/** A large count in 3 significant digits with an SI suffix ("1.07 G"): the op table's FLOPs and bytes fit. */
+export function fmtCompact(x: number | null | undefined): string {
+  if (!isNum(x)) {
+    return '—';
+  }
+  const a = Math.abs(x);
+  for (const [v, unit] of [[1e15, 'P'], [1e12, 'T'], [1e9, 'G'], [1e6, 'M'], [1e3, 'k']] as [number, string][]) {
+    if (a >= v) {
+      return `${(x / v).toPrecision(3)} ${unit}`;
+    }
+  }
+  return String(Math.round(x));
+}
+
+/**
+ * The op table. `basis` says what it ranks by: modeled device time, or, for an imported trace whose ops were
+ * recorded without shapes, measured GPU/host time; then only measured columns are shown (the model could not
+ * size those ops) and a note says so.
+ */
+export function opTable(rows: IOpRow[], basis?: string | null): HTMLElement {
+  if (basis && !basis.startsWith('modeled')) {
+    const what = basis.replace(/^measured /, '');
+    return el(
+      'div',
+      { class: 'ns-OpTableBox' },
+      el('div', {
+        class: 'ns-Muted ns-OpTableBasis',
+        text: `Ranked by ${basis}: this trace's ops were recorded without input shapes, so there is no modeled device time to show.`
+      }),
+      table(
+        ['Op', 'Count/step', `${what[0].toUpperCase()}${what.slice(1)}/step (measured)`, 'Share', 'Host time/step (measured)'],
+        rows.map(r => [String(r.op), fmtCount(r.count), fmtNs(r.measured_ns), fmtPct(r.share), fmtNs(r.host_ns)]),
+        'ns-OpTable'
+      )
+    );
+  }
   return table(
-    ['Op', 'Count/step', 'Device time/step', 'Host time/step', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step'],
+    ['Op', 'Count/step', 'Device time/step (modeled)', 'Host time/step (measured)', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step'],
     rows.map(r => [
       String(r.op),
       fmtCount(r.count),
@@ -202,8 +237,8 @@ export function opTable(rows: IOpRow[]): HTMLTableElement {
       fmtPct(r.share),
       String(r.engine ?? ''),
       String(r.bound ?? ''),
-      isNum(r.flops) ? r.flops.toLocaleString() : '—',
-      isNum(r.bytes) ? r.bytes.toLocaleString() : '—'
+      fmtCompact(r.flops),
+      fmtCompact(r.bytes)
     ]),
     'ns-OpTable'
   );
@@ -270,6 +305,10 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
   const metrics = el(
     'div',
     { class: 'ns-Metrics' },
+    // an imported trace the model could not size (no shapes): its measured step, said so, not a modeled "—"
+    !isNum(p.step_time_ns) && isNum(p.breakdown?.step_time_ns) && p.breakdown!.basis.startsWith('measured')
+      ? metric(`step time (${p.breakdown!.basis})`, fmtNs(p.breakdown!.step_time_ns))
+      : null,
     metric(
       p.modeled ? 'step time (modeled)' : 'step time',
       fmtNs(p.step_time_ns),
@@ -317,6 +356,21 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
   return el('div', { class: 'ns-Summary' }, metrics, engines, cost, hot);
 }
 
+/** Each reason once, with the hot ops it applies to (one sentence per bound, not one per row). */
+function whyOnce(ops: IHotOp[]): HTMLElement[] {
+  const byWhy = new Map<string, string[]>();
+  for (const o of ops) {
+    if (o.why) {
+      const names = byWhy.get(o.why) ?? [];
+      if (!names.includes(String(o.op))) {
+        names.push(String(o.op));
+      }
+      byWhy.set(o.why, names);
+    }
+  }
+  return [...byWhy].map(([why, names]) => el('li', {}, el('b', { text: names.join(', ') }), `: ${why}`));
+}
+
 function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLElement {
   const ops = p.hot_ops ?? [];
   const basis = p.hot_basis && !p.hot_basis.startsWith('modeled') ? `Ranked by ${p.hot_basis}.` : '';
@@ -325,11 +379,7 @@ function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     {},
     basis ? el('div', { class: 'ns-Muted', text: basis }) : null,
     hotOpsTable(ops, actions),
-    el(
-      'ul',
-      { class: 'ns-Why' },
-      ...ops.filter(o => o.why).map(o => el('li', {}, el('b', { text: String(o.op) }), `: ${o.why}`))
-    )
+    el('ul', { class: 'ns-Why' }, ...whyOnce(ops))
   );
 }
 
@@ -558,7 +608,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     pages.push(['Hot path', hotPathSection(p, actions)]);
   }
   if (p.op_table?.length) {
-    pages.push(['Op table', opTable(p.op_table)]);
+    pages.push(['Op table', opTable(p.op_table, p.op_table_basis)]);
   }
   if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
     pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);
@@ -585,12 +635,11 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   if (p.compare?.ops?.length) {
     pages.push(['Diff', diffSection(p)]);
   }
-  const open = el('button', {
-    class: 'ns-OpenProfiler jp-mod-styled',
-    text: 'Open in Neuron Profiler',
-    attrs: { type: 'button' }
-  });
-  open.addEventListener('click', () => actions.openProfiler?.(p.run_id ?? null));
+  // offered where there is a panel to open and this view is not already in it (the panel passes no openProfiler)
+  const open = actions.openProfiler
+    ? el('button', { class: 'ns-OpenProfiler jp-mod-styled', text: 'Open in Neuron Profiler', attrs: { type: 'button' } })
+    : null;
+  open?.addEventListener('click', () => actions.openProfiler?.(p.run_id ?? null));
   const warnings = p.warnings?.length
     ? el('ul', { class: 'ns-Warnings' }, ...p.warnings.map(w => el('li', { text: String(w) })))
     : null;

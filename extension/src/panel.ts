@@ -20,6 +20,7 @@ import {
   table
 } from './mime';
 import { requestAPI } from './request';
+import { samePath } from './variants';
 import { JobTraceSource, ServerTraceSource } from './viewer/sources';
 import { TraceViewer } from './viewer/viewer';
 import { ITraceWindow } from './viewer/types';
@@ -96,8 +97,18 @@ export class ProfilerPanel extends Widget {
     const refresh = el('button', { class: 'jp-mod-styled ns-Refresh', text: 'Refresh', attrs: { type: 'button' } });
     refresh.addEventListener('click', () => void this.refresh());
     this._compareButton.addEventListener('click', () => void this.compareSelected());
+    this._showAll.type = 'checkbox';
+    this._showAll.addEventListener('change', () => this._renderList());
     this.node.append(
-      el('div', { class: 'ns-PanelToolbar' }, el('b', { text: 'Neuron Profiler' }), this._pathLabel, refresh, this._compareButton),
+      el(
+        'div',
+        { class: 'ns-PanelToolbar' },
+        el('b', { text: 'Neuron Profiler' }),
+        this._pathLabel,
+        el('label', { class: 'ns-ShowAll' }, this._showAll, this._showAllText),
+        refresh,
+        this._compareButton
+      ),
       this._message,
       el('div', { class: 'ns-PanelBody' }, this._list, this._detail)
     );
@@ -113,6 +124,7 @@ export class ProfilerPanel extends Widget {
     const actions = this._opts.actions;
     return {
       ...actions,
+      openProfiler: undefined, // the panel is open: its profile views do not offer to open it again
       openSource: (source, origin) => actions.openSource?.(source, origin, this._path, this._cellSource),
       insertVariant: actions.insertVariant
         ? (request, origin) => actions.insertVariant!(request, origin, this._path)
@@ -123,7 +135,9 @@ export class ProfilerPanel extends Widget {
   /** Reload the runs of the current notebook's store. */
   async refresh(): Promise<void> {
     this._path = this._opts.getNotebookPath() ?? this._path;
-    this._pathLabel.textContent = this._path ? this._path : 'no notebook selected';
+    // the title names the notebook whose runs the list shows (runs of other notebooks sharing the folder's store
+    // are listed only when asked for, with their notebook)
+    this.title.label = this._path ? `Neuron Profiler: ${this._path.split('/').pop()}` : 'Neuron Profiler';
     if (!this._path) {
       this._setMessage('Open a notebook that has run %%neuron cells, then refresh.');
       this._list.replaceChildren();
@@ -132,7 +146,7 @@ export class ProfilerPanel extends Widget {
     try {
       const data = await requestAPI<IRunsResponse>('runs', { path: this._path });
       this._runs = data.runs;
-      this._setMessage(data.runs.length ? '' : `No runs yet next to ${this._path}.`);
+      this._store = data.store;
       this._renderList();
     } catch (error) {
       this._setMessage(`Could not list runs: ${(error as Error).message}`);
@@ -316,8 +330,27 @@ export class ProfilerPanel extends Widget {
     );
   }
 
+  /** Whether a run was made by this panel's notebook. */
+  private _ownRun(run: IRunRow): boolean {
+    return samePath(run.notebook, this._path);
+  }
+
   private _renderList(): void {
-    const rows = this._runs.map(run => {
+    const own = this._runs.filter(run => this._ownRun(run));
+    const others = this._runs.length - own.length;
+    const all = this._showAll.checked && others > 0;
+    const shown = all ? this._runs : own;
+    this._showAllText.textContent = ` also the ${others} run${others === 1 ? '' : 's'} of other notebooks and scripts in this folder`;
+    (this._showAll.parentElement as HTMLElement).hidden = others === 0;
+    this._pathLabel.textContent = !this._path
+      ? 'no notebook selected'
+      : all
+        ? `all runs in ${this._store ?? 'the store'} (next to ${this._path})`
+        : `runs of ${this._path}`;
+    this._setMessage(
+      shown.length ? '' : `No runs of ${this._path} yet${others ? ` (${others} of other notebooks in this folder)` : ''}.`
+    );
+    const rows = shown.map(run => {
       const check = el('input', { attrs: { type: 'checkbox', 'aria-label': `select run ${run.id}` } });
       check.checked = this._selected.has(run.id);
       check.addEventListener('click', event => event.stopPropagation());
@@ -332,10 +365,11 @@ export class ProfilerPanel extends Widget {
       const firstLine = (run.cell_source ?? '').split('\n').find(l => l.trim() && !l.trim().startsWith('%%')) ?? '';
       const tr = el(
         'tr',
-        { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id) } },
+        { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id), 'data-notebook': run.notebook ?? '' } },
         el('td', {}, check),
         el('td', { text: `#${run.id}` }),
         el('td', { text: run.name ?? '' }),
+        all ? el('td', { class: 'ns-RunNotebook', text: run.notebook ?? '(script)' }) : null,
         el('td', { class: 'ns-CellPreview', text: firstLine.slice(0, 60), title: run.cell_source }),
         el('td', { text: run.mode }),
         el('td', { text: run.chip }),
@@ -347,7 +381,8 @@ export class ProfilerPanel extends Widget {
       tr.addEventListener('click', () => void this.showRun(run.id));
       return tr;
     });
-    const head = el('tr', {}, ...['', 'Run', 'Name', 'Cell', 'Mode', 'Chip', 'Ranks', 'Status', 'Step', 'MFU'].map(h => el('th', { text: h })));
+    const heads = ['', 'Run', 'Name', ...(all ? ['Notebook'] : []), 'Cell', 'Mode', 'Chip', 'Ranks', 'Status', 'Step', 'MFU'];
+    const head = el('tr', {}, ...heads.map(h => el('th', { text: h })));
     this._list.replaceChildren(el('table', { class: 'ns-Table ns-RunList' }, el('thead', {}, head), el('tbody', {}, ...rows)));
     this._highlight();
   }
@@ -369,6 +404,9 @@ export class ProfilerPanel extends Widget {
   }
 
   private _path: string | null = null;
+  private _store: string | null = null;
+  private _showAll = el('input', { class: 'ns-ShowAllRuns', attrs: { 'aria-label': 'show the runs of other notebooks' } });
+  private _showAllText = el('span', {});
   private _cellSource: string | null = null;
   private _runs: IRunRow[] = [];
   private _selected = new Set<number>();

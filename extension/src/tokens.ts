@@ -61,12 +61,14 @@ export interface IHotOp {
 }
 
 export interface IOpRow {
+  /** Measured time per step (GPU time it launched, or host time) when the table ranks by measured time. */
+  measured_ns?: number | null;
   op: string;
   count: number;
-  device_ns: number;
+  device_ns: number | null;
   host_ns: number;
-  flops: number;
-  bytes: number;
+  flops: number | null;
+  bytes: number | null;
   engine: string;
   bound: string;
   share: number;
@@ -188,6 +190,8 @@ export interface IProfilePayload {
   timeline?: ISummaryTimeline | null;
   /** Why there is no timeline (e.g. "timeline not captured: ..." for a summary-only Neuron profile). */
   timeline_note?: string | null;
+  /** What the op table ranks by: "modeled device time", or "measured GPU time" / "measured host time". */
+  op_table_basis?: string | null;
   /** The whole run's trace at one resolution (the trace viewer's data without a server; viewer/types.ts). */
   trace_view?: unknown;
   engines?: IEngineUtilization[];
@@ -348,6 +352,8 @@ export interface IPortIssue {
 
 /** The same job on Trainium: measured GPU per op and per step next to the modeled NeuronCore estimate. */
 export interface IGpuVsTrainium {
+  /** What recorded the device activity, as the trace names it: "GPU", "MTIA", "accelerator". */
+  device_kind?: string | null;
   gpu: string | null;
   chip: string;
   steps: number;
@@ -367,6 +373,8 @@ export interface IGpuVsTrainium {
 }
 
 export interface IGpuBlock {
+  /** What recorded the device activity, as the trace names it: "GPU", "MTIA", "accelerator". */
+  device_kind?: string | null;
   activities: number;
   total_ns: number;
   unattributed_ns: number;

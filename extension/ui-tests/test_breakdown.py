@@ -102,11 +102,12 @@ def _check_recommendation_and_advisor(view, payload: dict) -> None:  # noqa: ANN
     cur = view.locator(".ns-WhatIfTable tbody tr[data-current='true']")
     assert cur.count() == 1
     cells = cur.locator("td")
-    assert (cells.nth(1).inner_text(), cells.nth(2).inner_text()) == (payload["mode"], payload["chip"])
-    assert cells.nth(3).inner_text() == fmt_ns(payload["step_time_ns"])
+    assert (cur.get_attribute("data-mode"), cur.get_attribute("data-chip")) == (payload["mode"], payload["chip"])
+    assert cells.nth(1).inner_text() == fmt_ns(payload["step_time_ns"])
     assert float(cur.get_attribute("data-step-ns")) == payload["step_time_ns"]
     best = view.locator(".ns-WhatIfTable tbody tr.ns-mod-best")
-    assert best.count() == 1 and "%%neuron --mode" in best.inner_text()
+    best_run = view.locator(".ns-WhatIfTable tbody tr.ns-mod-best-run")    # its command, on the line under it
+    assert best.count() == 1 and best_run.count() == 1 and "%%neuron --mode" in best_run.inner_text()
     # a profile not run from a notebook %%neuron cell (here the Python API) has no Insert buttons, and says why
     assert view.locator("button.ns-InsertRun").count() == 0
     assert "Insert needs a profile of a %%neuron cell in a notebook" in view.locator(".ns-NoInsertNote").inner_text()

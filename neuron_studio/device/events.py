@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 __all__ = [
     "OpEvent",
@@ -152,6 +152,13 @@ class EventBus:
         self._graph_launches = 0
         self.record_errors = 0  # ops whose event could not be built (counted, never raised)
         self.storages = StorageIds()  # ids of the storages ops read and write (OpEvent.reads/writes)
+        # names a user-code location (file, line) as the session knows it (the notebook's cells): the one place
+        # sources are named, so every view reads the same `cell-<In>:<line>`; None: `file:line`
+        self.source_namer: Callable[[str, int], str] | None = None
+
+    def set_source_namer(self, namer: Callable[[str, int], str] | None) -> None:
+        """Name op sources from now on with `namer(file, line)` (the notebook session registers its cells)."""
+        self.source_namer = namer
 
     def next_seq(self) -> int:
         self._seq += 1

@@ -10,6 +10,7 @@ from typing import Any
 
 from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes as _bytes
 from neuron_studio.profiler.summary_numbers import usd_text
+from neuron_studio.profiler.vocabulary import source_label
 
 __all__ = ["fmt_ns", "fmt_bytes", "fmt_count", "fmt_pct", "fmt_signed_pct", "fmt_usd", "fmt_sci", "fmt_source", "basename",
            "as_number", "fmt_kernel", "fmt_change"]
@@ -84,14 +85,8 @@ def fmt_count(v: Any) -> str:
 
 
 def fmt_source(src: Any) -> str:
-    """`cell-<n>:<line>` as `cell [n] line L`; a file path as its file name."""
-    if not src:
-        return ""
-    s = str(src)
-    if s.startswith("cell-"):
-        cell, _, line = s[len("cell-"):].partition(":")
-        return f"cell [{cell}] line {line}"
-    return s.rsplit("/", 1)[-1]
+    """An op source as it reads everywhere: `cell [n] line L` or `file.py:L` (`vocabulary.source_label`)."""
+    return source_label(src)
 
 
 def fmt_kernel(k: Any) -> str:

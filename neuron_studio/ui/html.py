@@ -57,8 +57,10 @@ def profile_tabs(s: dict) -> list[Tab]:
     gpu = s.get("gpu")
     if isinstance(gpu, dict) and gpu:      # an imported CUDA/ROCm trace: measured GPU, then the port estimate
         at = 1 + (isinstance(ranks, dict) and bool(ranks))
-        tabs[at:at] = [Tab("GPU (measured)", "tabs/gpu.html", {"temporal": gpu_temporal_view(gpu)})] + (
-            [Tab("GPU → Trainium", "tabs/gpu_vs_trainium.html")] if isinstance(gpu.get("vs_trainium"), dict) else [])
+        kind = gpu.get("device_kind") or "GPU"             # MTIA traces are not GPU traces
+        tabs[at:at] = [Tab(f"{kind} (measured)", "tabs/gpu.html", {"temporal": gpu_temporal_view(gpu), "kind": kind})] + (
+            [Tab(f"{kind} → Trainium", "tabs/gpu_vs_trainium.html", {"kind": kind})]
+            if isinstance(gpu.get("vs_trainium"), dict) else [])
     return tabs
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from neuron_studio.ui.breakdown_html import prediction_text
-from neuron_studio.ui.formatting import fmt_change, fmt_kernel, fmt_ns, fmt_pct, fmt_usd
+from neuron_studio.ui.formatting import fmt_change, fmt_kernel, fmt_ns, fmt_pct, fmt_source, fmt_usd
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
 __all__ = ["render_text", "render_ranks_text", "breakdown_lines"]
@@ -94,7 +94,7 @@ def render_text(s: dict, *, top: int = 5) -> str:
                 at = f" {k.get('file')}:{k.get('line') or ''}" if k.get("file") else ""
                 kern += f"{';' if kern else '  ->'} {fmt_kernel(k)}{at}"
             lines.append(f"    {float(h.get('share') or 0) * 100:5.1f}%  {h.get('op')}  [{h.get('bound')}]  "
-                         f"{h.get('module') or ''} {h.get('source') or ''}{kern}")
+                         f"{h.get('module') or ''} {fmt_source(h.get('source'))}{kern}")
     cmp_ = s.get("compare")
     if cmp_ and cmp_.get("step_time_delta_pct") is not None:
         lines.append(f"  vs run {cmp_.get('run_id')}: step time {float(cmp_['step_time_delta_pct']):+.1f}%")

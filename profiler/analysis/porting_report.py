@@ -5,6 +5,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from neuron_studio.profiler.summary_numbers import usd_text
+from neuron_studio.profiler.vocabulary import counted
 
 __all__ = ["CheckItem", "PortingReport", "porting_report"]
 
@@ -99,7 +100,7 @@ def porting_report(prof: Any) -> PortingReport:
     items.append(CheckItem(
         "info" if mfu >= 0.3 else "warning", "efficiency",
         f"{'modeled' if prof.modeled_figures else 'measured'} MFU {mfu * 100:.1f}% on {prof.summary.chip} "
-        f"({prof.launches_per_step:.0f} launches per step)",
+        f"({counted(prof.launches_per_step, 'launch')} per step)",
         "" if mfu >= 0.3 else "see the hot path: launch-bound ops want fusion (adaptive/compile), "
                              "memory-bound ops want fused kernels"))
     c = prof.cost()

@@ -14,7 +14,6 @@ Pure: arrays in, dataclasses / DataFrames out. `Profile.step_breakdown()` feeds 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -22,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.analysis.binning import interval_coverage, union_intervals
-from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, counted, source_label
 
 __all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommendation", "StepBreakdown",
            "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown", "host_breakdown",
@@ -350,10 +349,8 @@ def unavailable_breakdown(reason: str) -> StepBreakdown:
 
 # -- recommendations ---------------------------------------------------------------------------------------
 def _where(source: Any) -> str:
-    if not isinstance(source, str) or not source:
-        return ""
-    path, _, line = source.rpartition(":")
-    return f" at {os.path.basename(path) or path}:{line}" if path else f" at {source}"
+    label = source_label(source) if isinstance(source, str) else ""
+    return f" at {label}" if label else ""
 
 
 def _top(rows: RowCategories, k: int = 5) -> list[tuple[str, str | None, float]]:
@@ -436,7 +433,7 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         op, src = (top[0][0], top[0][1]) if top else ("", None)
         fix = ranked_fix(p.key)
         if p.key == "launch":
-            n = f" ({launches_per_step:.0f} launches per step)" if launches_per_step else ""
+            n = f" ({counted(launches_per_step, 'launch')} per step)" if launches_per_step else ""
             out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {fix or _launch_fix(mode, computed)}",
                                       "optable", ops))
         elif p.key == "fallback":

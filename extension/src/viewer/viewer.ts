@@ -296,19 +296,25 @@ export class TraceViewer {
         styles: { main: { blockHeight: LANE_H - 8 } }
       }
     });
-    // flame-chart-js's container is a node-style EventEmitter (typed through @types/node, not loaded here)
-    const emitter = this._chart as unknown as { on: (name: string, cb: (event: ISelectEvent) => void) => void };
-    emitter.on('select', event => {
-      const box = event?.node?.source;
-      if (box?.ns && box.ns.seq >= 0) {
-        void this.showOp(box.ns.seq);
-      } else if (box?.ns) {
-        // a merged box: zoom to it so its ops separate
-        this.zoomTo(box.ns.startNs, box.ns.endNs);
-      }
-    });
+    // a click selects a box in its lane's plugin: flame-chart-js's FlameChartContainer (unlike its FlameChart
+    // wrapper) does not pass its plugins' `select` on, so each lane's plugin is listened to itself. The plugins
+    // are node-style EventEmitters (typed through @types/node, not loaded here).
+    for (const plugin of this._lanePlugins) {
+      const emitter = plugin as unknown as { on: (name: string, cb: (event: ISelectEvent) => void) => void };
+      emitter.on('select', event => this._onSelect(event));
+    }
     this._width = width;
     this._placeLabels();
+  }
+
+  /** A clicked box: a single op shows its details; a merged box zooms in so its ops separate. */
+  private _onSelect(event: ISelectEvent): void {
+    const box = event?.node?.source;
+    if (box?.ns && box.ns.seq >= 0) {
+      void this.showOp(box.ns.seq);
+    } else if (box?.ns) {
+      this.zoomTo(box.ns.startNs, box.ns.endNs);
+    }
   }
 
   private _nodes(data: ITraceWindow, lane: ITraceLane): BoxNode[] {

@@ -11,6 +11,7 @@ import dataclasses
 import sys
 import threading
 import time
+from typing import Callable
 
 import torch
 
@@ -400,8 +401,9 @@ def _dispatch_traced(func, args, kwargs, uargs, kw, target: int, traced: list): 
 _SKIP_DIRS: tuple[str, ...] = ()
 
 
-def user_source(depth: int = 3) -> str | None:
-    """file:line of the innermost frame outside torch and neuron_studio: the user's code."""
+def user_source(depth: int = 3, namer: Callable[[str, int], str] | None = None) -> str | None:
+    """file:line of the innermost frame outside torch and neuron_studio: the user's code (named by `namer(file,
+    line)` when the session gave one: a notebook cell's temp file becomes `cell-<In>:<line>`)."""
     try:
         f = sys._getframe(depth)
     except ValueError:  # shallow stacks, e.g. the autograd engine's device thread
@@ -409,7 +411,7 @@ def user_source(depth: int = 3) -> str | None:
     while f is not None:
         fn = f.f_code.co_filename
         if not fn.startswith(_SKIP_DIRS) and "<frozen" not in fn:
-            return f"{fn}:{f.f_lineno}"
+            return namer(fn, f.f_lineno) if namer is not None else f"{fn}:{f.f_lineno}"
         f = f.f_back
     return None
 
@@ -498,7 +500,7 @@ def _record(func, args, uargs, kw, out, t0: int, t1: int, target: int,  # noqa: 
         transfer=transfer,
         transfer_bytes=transfer_bytes,
         fallback=fallback,
-        source=user_source(4) if bus.want_source else None,
+        source=user_source(4, bus.source_namer) if bus.want_source else None,
         graph=bus.current_graph,
         tags=tags,
         reads=reads,
@@ -553,7 +555,7 @@ def _record_marker(name: str, t: NeuronTensor, sync: str) -> None:
             sync=sync,
             transfer=ev.TRANSFER_D2H,
             transfer_bytes=t.numel() * t.element_size(),
-            source=user_source(3) if bus.want_source else None,
+            source=user_source(3, bus.source_namer) if bus.want_source else None,
             graph=bus.current_graph,
         )
     )
