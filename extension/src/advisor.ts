@@ -138,7 +138,10 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
       el('td', { class: 'ns-Num', text: fmtNs(r.step_time_ns) }),
       el('td', {
         class: 'ns-Range',
-        text: isNum(r.step_time_low_ns) && isNum(r.step_time_high_ns) ? `${fmtNs(r.step_time_low_ns)} – ${fmtNs(r.step_time_high_ns)}` : '—'
+        // a line break only at the dash: each end keeps its number with its unit
+        text: isNum(r.step_time_low_ns) && isNum(r.step_time_high_ns)
+          ? `${fmtNs(r.step_time_low_ns).replace(' ', '\u00a0')} – ${fmtNs(r.step_time_high_ns).replace(' ', '\u00a0')}`
+          : '—'
       }),
       ...[isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—', fmtPct(r.mfu), fmtUsd(r.cost_per_1000_steps_usd)].map(c =>
         el('td', { class: 'ns-Num', text: c })

@@ -200,8 +200,9 @@ def test_what_if_commands_on_one_line_buttons_in_their_own_column(ran, page) -> 
         cells = {b.evaluate("b => [...b.closest('tr').children].indexOf(b.closest('td'))") for b in buttons.all()}
         code_cell = code.evaluate("c => [...c.closest('tr').children].indexOf(c.closest('td'))")
         assert code_cell not in cells, "buttons share the command's cell"
-        tops = {round(b.bounding_box()["y"]) for b in buttons.all()}
-        assert len(tops) <= 1, f"buttons wrap over {len(tops)} lines"
+        # one line, or (a narrow output) one button per line: never a line and a half
+        tops = [round(b.bounding_box()["y"]) for b in buttons.all()]
+        assert len(set(tops)) in (1, len(tops)), f"buttons wrap unevenly: {tops}"
 
 
 def test_header_keeps_open_in_profiler_on_the_title_line(ran, page) -> None:  # noqa: ANN001

@@ -136,6 +136,8 @@ export class ProfileTraceSource implements ITraceSource {
     private _server: () => ServerTraceSource | null
   ) {}
 
+  private _fallback: OverviewTraceSource | null = null;
+
   get levelOfDetail(): boolean {
     return this._chosen?.levelOfDetail ?? false;
   }
@@ -160,12 +162,19 @@ export class ProfileTraceSource implements ITraceSource {
     return this._chosen.window(startNs, endNs, widthPx);
   }
 
+  /** Until the first window is in, what is drawn is the stored overview: a click or a search reads that. */
+  private get _current(): ITraceSource | null {
+    return this._chosen ?? (this._overview ? (this._fallback ??= new OverviewTraceSource(this._overview)) : null);
+  }
+
   op(seq: number): Promise<ITraceOpDetail> {
-    return this._chosen ? this._chosen.op(seq) : Promise.reject(new Error('the trace is not loaded yet'));
+    const src = this._current;
+    return src ? src.op(seq) : Promise.reject(new Error('the trace is not loaded yet'));
   }
 
   search(query: string): Promise<ITraceSearch> {
-    return this._chosen ? this._chosen.search(query) : Promise.reject(new Error('the trace is not loaded yet'));
+    const src = this._current;
+    return src ? src.search(query) : Promise.reject(new Error('the trace is not loaded yet'));
   }
 
   private _chosen: ITraceSource | null = null;
