@@ -196,14 +196,10 @@ def test_x_event_without_dur_is_an_error_in_every_reader():
 # -- the real 2021 trace, when present ---------------------------------------------------------------------------
 
 def test_backward_ops_of_a_2021_trace_are_backward():
-    import trace_truth as truth
-
-    try:
-        folder = truth.traces_dir()
-    except FileNotFoundError:
-        pytest.skip("needs ../shared/traces (real traces recorded by others; not in a plain clone)")
+    import shared_data
     from neuron_studio.profiler.importers import read_trace
 
+    folder = shared_data.require("traces")          # skips on a plain clone (fails in CI without the data)
     ops = read_trace(folder / "resnet50_num_workers_0_worker0.1623143089861.pt.trace.json.gz").ops
     bw = ops["name"].str.split(".").str[0].str.endswith("_backward")
     assert bw.sum() > 900 and (ops.loc[bw, "phase"] == "backward").all()       # old code: all "forward"
