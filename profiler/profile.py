@@ -355,6 +355,7 @@ class Profile:
         recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
                              hot=self.hot_path() if self.modeled_figures else (),
                              fallback_ops=fb.loc[fb["kind"] == "host_fallback", "op"].tolist() if len(fb) else (),
+                             fallback_reasons=dict(zip(fb["op"], fb["reason"])) if len(fb) else None,
                              advice=self.advice())
         return dataclasses.replace(bd, recommendations=recs)
 

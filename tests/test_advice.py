@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
+
 import pandas as pd
 import pytest
 
@@ -308,3 +310,18 @@ def test_memory_tab_and_forecast_tell_one_story_for_a_scaled_replica(tmp_path) -
     finally:
         session().use_store(None)
         shell.reset(new_session=False)
+
+
+def test_a_host_round_trip_cast_is_not_called_a_dropout_mask() -> None:
+    from neuron_studio.profiler.analysis import step_breakdown as sb
+
+    parts = [sb.BreakdownPart("fallback", "CPU fallbacks & host round trips", 35.0, 0.35)]
+    bd = sb.StepBreakdown("modeled device time", 100.0, parts, pd.DataFrame())
+    rows = {"fallback": sb.RowCategories(np.array([0.0]), np.array([35.0]), np.array(["aten::_to_copy"], dtype=object),
+                                         np.array(["cell-2:19"], dtype=object))}
+    rec = sb.recommend(bd, rows, mode="eager", fallback_reasons={"aten::_to_copy": "host_round_trip_cast"}, advice=[])[0]
+    assert "64-bit cast" in rec.text and "dropout" not in rec.text
+    rows["fallback"] = sb.RowCategories(np.array([0.0]), np.array([35.0]),
+                                        np.array(["aten::native_dropout"], dtype=object), np.array([None], dtype=object))
+    rec = sb.recommend(bd, rows, mode="eager", fallback_reasons={"aten::native_dropout": "host_rng_mask"}, advice=[])[0]
+    assert "random mask is drawn on the host" in rec.text

@@ -388,7 +388,7 @@ def _addresses(row: dict) -> tuple[str, ...]:
 
 
 def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, launches_per_step: float | None = None,
-              hot: Sequence[Any] = (), fallback_ops: Sequence[str] = (),
+              hot: Sequence[Any] = (), fallback_ops: Sequence[str] = (), fallback_reasons: dict | None = None,
               advice: Sequence[dict] | None = None) -> list[Recommendation]:
     """The one or two changes the breakdown implies (categories at or above RECOMMEND_MIN_SHARE, largest
     first), each naming the fix and the rows that justify it.
@@ -438,8 +438,17 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
                                       "optable", ops))
         elif p.key == "fallback":
             tab = "fallbacks" if op in set(fallback_ops) else "optable"
-            how = fix or ("a device lowering or an NKI kernel for it" if tab == "fallbacks"
-                          else "its random mask is drawn on the host: drop dropout here or draw masks on the device")
+            reason = str((fallback_reasons or {}).get(op) or "")
+            if reason == "host_round_trip_cast":
+                general = ("a 64-bit cast done on the host (copied there and back): cast to int32/float32 on the CPU "
+                           "before moving the tensor to the device")
+            elif reason.startswith("host_round_trip"):
+                general = "the op is copied to the CPU and back: use a form of it the device runs, or an NKI kernel"
+            elif tab == "fallbacks":
+                general = "a device lowering or an NKI kernel for it"
+            else:
+                general = "its random mask is drawn on the host: drop dropout here or draw masks on the device"
+            how = fix or general
             out.append(Recommendation(p.key, p.share, f"{pct} CPU fallback in {op}{_where(src)} → {how}", tab, ops))
         elif p.key == "sync":
             how = fix or "move .item() / .cpu() / printing out of the step (or do it every N steps)"
