@@ -357,6 +357,11 @@ class Profile:
                              fallback_ops=fb.loc[fb["kind"] == "host_fallback", "op"].tolist() if len(fb) else (),
                              fallback_reasons=dict(zip(fb["op"], fb["reason"])) if len(fb) else None,
                              advice=self.advice())
+        rc = self.recompiles()
+        if self.trace.mode == "compile" and len(rc):
+            per = getattr(self.device_run.config, "compile_time_per_graph_ns", None)
+            rec = _bd.recompile_recommendation(rc["shapes"].astype(str).tolist(), per)
+            recs = recs + ([rec] if rec is not None else [])
         return dataclasses.replace(bd, recommendations=recs)
 
     def advice(self) -> list[dict] | None:

@@ -325,3 +325,29 @@ def test_a_host_round_trip_cast_is_not_called_a_dropout_mask() -> None:
                                         np.array(["aten::native_dropout"], dtype=object), np.array([None], dtype=object))
     rec = sb.recommend(bd, rows, mode="eager", fallback_reasons={"aten::native_dropout": "host_rng_mask"}, advice=[])[0]
     assert "random mask is drawn on the host" in rec.text
+
+
+def test_recompiles_are_told_to_pad_to_buckets_with_the_line() -> None:
+    from neuron_studio.profiler.analysis import step_breakdown as sb
+
+    rec = sb.recompile_recommendation(["2x50x128;128;384x128", "2x61x128;128;384x128", "2x45x128;128;384x128"], 60e9)
+    assert rec.text.startswith("3 recompiles (a new input shape each) → pad dimension 1 of the input (seen as 50, "
+                               "61, 45) to a few bucket lengths: x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))")
+    assert rec.text.endswith("each costs ~60 s of compile time (modeled, not in the step time)")
+    # the padding line pads exactly that dimension to the bucket
+    x = torch.randn(2, 50, 128)
+    assert torch.nn.functional.pad(x, (0, 0, 0, -x.shape[1] % 32)).shape == (2, 64, 128)
+
+    torch._dynamo.reset()
+    lin = torch.nn.Linear(128, 128).to("neuron")
+    batches = iter([torch.randn(2, t, 128, device="neuron") for t in (37, 50, 61, 45, 64, 29, 37, 50)])
+
+    @torch.compiler.disable
+    def next_batch():
+        return next(batches)
+
+    prof = profile(lambda: lin(next_batch()).sum(), steps=5, warmup=0, mode="compile", chip="trn2")
+    if not len(prof.recompiles()):
+        pytest.skip("this torch build did not recompile per shape (dynamic shapes assumed)")
+    recs = prof.step_breakdown().recommendations
+    assert recs[-1].category == "recompile" and "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" in recs[-1].text
