@@ -22,8 +22,8 @@ with `compile_mode=True` the log records no aten ops; it records each Dynamo com
 module running, the time window), which is where TorchNeuron compiles the graph's NEFF. Device executions of
 compiled graphs then keep the runtime's names (the join needs the per-op records).
 
-Thread ids: RecordFunction's ids are not visible from Python; threads are numbered here in order of first op
-(TorchNeuron's ids are assigned in first-use order too). `device_executes` says which ops launch device work:
+Thread ids: RecordFunction's ids are not visible from Python; threads are numbered here in order of first op, and
+the join matches TorchNeuron's ids to them by the sequence numbers they share (`executions.thread_map`). `device_executes` says which ops launch device work:
 views and metadata ops never do. Both rules are the studio's reading of the source, unverified on hardware.
 """
 from __future__ import annotations

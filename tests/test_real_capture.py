@@ -419,6 +419,10 @@ def test_join_pairs_executions_with_ops_in_order_and_says_why_not() -> None:
     lab = label_executions(ex, FrameworkMapping({7: [(5, 1, 0)]}, []), log, ["hlo.7", "hlo.8"])
     assert lab.name.tolist() == ["aten::mm", "hlo.8"] and lab.joined.tolist() == [True, False]
     assert lab.stats["unjoined"] == {"its runtime sequence id is not in the framework mapping": 1}
+    # TorchNeuron's thread ids need not be the log's numbers: matched by the sequence numbers they share
+    other = FrameworkMapping({7: [(5, 12, 0), (5, 12, 0)], 8: [(5, 12, 0)]}, [])
+    lab = label_executions(ex, other, log, ["hlo.7", "hlo.8"])
+    assert lab.joined.all() and lab.stats["thread_map"] == {"12": 1}
     lab = label_executions(ex, None, log, ["hlo.7", "hlo.8"])
     assert not lab.joined.any() and "framework_mapping" in next(iter(lab.stats["unjoined"]))
 

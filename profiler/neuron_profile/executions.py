@@ -12,6 +12,8 @@
    sequence id to the PyTorch ops it executed (several when Adaptive Eager fused them).
 3. `(th_id, seq_nr)` -> the studio's `FrameworkLog` record of the op (name, module, source line, phase): records that
    launch device work, per key in dispatch order; the k-th execution with a key takes the k-th record with it.
+   TorchNeuron's thread ids (RecordFunction's, numbered per process) are matched to the log's threads by the
+   sequence numbers they share (`thread_map`), not assumed equal.
 
 Every execution is labelled; one that cannot be joined keeps the runtime's own name for it and says why.
 """
@@ -169,6 +171,30 @@ class ExecutionLabels:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def thread_map(mapping: FrameworkMapping, keys: dict[tuple[int, int], int]) -> dict[int, int]:
+    """TorchNeuron thread id -> the op log's thread: each mapping thread (most ops first) takes the free log thread
+    whose (sequence number -> op count) it overlaps most; a thread sharing nothing keeps its own id."""
+    from collections import Counter
+
+    th: dict[int, Counter] = {}
+    for ids in mapping.by_seq_id.values():
+        for seq_nr, th_id, _s in ids:
+            th.setdefault(th_id, Counter())[seq_nr] += 1
+    logs: dict[int, Counter] = {}
+    for (thread, seq), n in keys.items():
+        logs.setdefault(thread, Counter())[seq] += n
+    out: dict[int, int] = {}
+    free = set(logs)
+    for th_id in sorted(th, key=lambda t: -sum(th[t].values())):
+        best = max(free, key=lambda lt: (sum((th[th_id] & logs[lt]).values()), lt == th_id), default=None)
+        if best is not None and sum((th[th_id] & logs[best]).values()) > 0:
+            out[th_id] = best
+            free.discard(best)
+        else:
+            out[th_id] = th_id
+    return out
+
+
 def label_executions(ex: Executions, mapping: FrameworkMapping | None, log: Any | None,
                      fallback_names: Sequence[str], cpu_ops: Iterable[str] = ()) -> ExecutionLabels:
     """Join each execution to the PyTorch op(s) behind it (module docstring); `fallback_names` are the runtime's
@@ -188,6 +214,7 @@ def label_executions(ex: Executions, mapping: FrameworkMapping | None, log: Any 
         for i in range(len(log)):
             if log.device[i] and log.step[i] is not None and log.step[i] >= 0 and log.name[i] not in cpu:
                 queues.setdefault((int(log.thread[i]), int(log.seq[i])), deque()).append(i)
+    tmap = thread_map(mapping, {k: len(q) for k, q in queues.items()}) if mapping is not None else {}
     for k in range(n):
         sid = int(ex.seq_id[k])
         why = None
@@ -205,7 +232,7 @@ def label_executions(ex: Executions, mapping: FrameworkMapping | None, log: Any 
         if why is None:
             recs = []
             for seq_nr, th_id, _stream in mapping.by_seq_id[sid]:
-                q = queues.get((th_id, seq_nr))
+                q = queues.get((tmap.get(th_id, th_id), seq_nr))
                 if q:
                     recs.append(q.popleft())
             if not recs:
@@ -218,10 +245,12 @@ def label_executions(ex: Executions, mapping: FrameworkMapping | None, log: Any 
         if why is not None:
             reasons[why] = reasons.get(why, 0) + 1
     left = sum(len(q) for q in queues.values())
+    stats_threads = tmap
     stats = {"executions": n, "joined": int(joined.sum()), "unjoined": {k: v for k, v in reasons.items()},
              "ops_without_execution": int(left),
              "mapping_files": list(mapping.files) if mapping is not None else [],
-             "with_source": int(sum(1 for s in source if s))}
+             "with_source": int(sum(1 for s in source if s)),
+             "thread_map": {str(k): v for k, v in stats_threads.items()}}
     return ExecutionLabels(name=name, module=module, source=source, phase=phase, joined=joined, stats=stats)
 
 
