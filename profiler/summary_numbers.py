@@ -18,7 +18,10 @@ def finite_float(v: Any) -> float | None:
 
 def usd_text(v: float) -> str:
     """Dollars to 3 significant digits in plain decimals ($0.0608, $1.25, $1,230): never `$0.0000` (costs are per
-    million steps so they are not that small) and never scientific notation."""
+    million steps so they are not that small) and never scientific notation; "not available" for a missing figure
+    (NaN: e.g. no H100 comparison for a measured run)."""
+    if not math.isfinite(v):
+        return "not available"
     if v == 0:
         return "$0"
     r = float(f"{abs(v):.3g}")

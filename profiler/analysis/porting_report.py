@@ -1,6 +1,7 @@
 """Porting readiness: what stands between this run and running well on Trainium, worst first."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -105,8 +106,9 @@ def porting_report(prof: Any) -> PortingReport:
                              "memory-bound ops want fused kernels"))
     c = prof.cost()
     items.append(CheckItem(
-        "info", "cost", f"modeled cost per 1M steps: {usd_text(c.per_1m_steps_usd)} on {c.chip} vs "
-                        f"{usd_text(c.h100_per_1m_steps_usd)} on H100 (x{c.ratio_vs_h100:.2f})",
+        "info", "cost", f"modeled cost per 1M steps: {usd_text(c.per_1m_steps_usd)} on {c.chip} " + (
+            f"vs {usd_text(c.h100_per_1m_steps_usd)} on H100 (x{c.ratio_vs_h100:.2f})"
+            if math.isfinite(c.h100_per_1m_steps_usd) else "(no H100 comparison for a measured run)"),
         "an estimate from public prices and the performance model, not a measurement"))
     order = {"error": 0, "warning": 1, "info": 2, "ok": 3}
     items.sort(key=lambda i: order.get(i.severity, 9))
