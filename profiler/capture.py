@@ -223,6 +223,11 @@ class Capture:
             "pid": os.getpid(),
             "module_classes": dict(self._tracker.classes),
         }
+        from neuron_studio.profiler.model.config import ModelConfig
+
+        switches = ModelConfig.adaptive_limit_from_env()   # the environment TorchNeuron would read
+        if switches:
+            meta["adaptive_switches"] = switches
         if getattr(self, "_host_error", None):
             meta["host_events_error"] = self._host_error
         if memory is not None:

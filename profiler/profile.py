@@ -121,6 +121,11 @@ class Profile:
         from neuron_studio.profiler.model import model_run
 
         recompiles = int(trace.compiles["recompile"].sum()) if len(trace.compiles) else 0
+        switches = trace.meta.get("adaptive_switches") or {}
+        if config is None and switches:   # TorchNeuron's adaptive-eager switches the run was captured under
+            from neuron_studio.profiler.model import ModelConfig
+
+            config = ModelConfig().replace(**switches)
         device_run = model_run(trace.ops, chip=chip or trace.chip, mode=mode or trace.mode, config=config,
                                recompiles=recompiles, world_size=int(trace.meta.get("world_size", 1) or 1),
                                local_world_size=int(trace.meta.get("local_world_size", 0) or 0) or None)
@@ -521,12 +526,28 @@ class Profile:
     def fusion_groups(self) -> pd.DataFrame:
         return self.device_run.groups.to_frame()
 
-    def fusion_regions(self, *, launched_only: bool = True) -> pd.DataFrame:
+    def fusion_regions(self, *, launched_only: bool = True, buffer_limit: int | None = None,
+                       skip_intermediate: bool | None = None) -> pd.DataFrame:
         """One row per launched region: an adaptive-eager region (TorchNeuron's concatenation rules), an op that
         ran alone, a compiled-graph execution or an eager op: first/last op, op count, launches, modeled times,
         what ended it (`ended_by`, e.g. "in-place aten::add_ ... at train.py:12") and the fix when the user's
-        code decides it. No region crosses a step boundary or a sync."""
-        return _regions.fusion_regions(self.device_run.groups, self.ops, launched_only=launched_only)
+        code decides it. No region crosses a step boundary or a sync.
+
+        What if: `buffer_limit` (TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT) and `skip_intermediate`
+        (TORCH_NEURONX_APPLY_SKIP_INTERMEDIATE) re-model the recorded ops in adaptive mode with those switches."""
+        changes = {k: v for k, v in (("adaptive_buffer_limit", buffer_limit),
+                                     ("adaptive_skip_intermediate", skip_intermediate)) if v is not None}
+        if not changes:
+            return _regions.fusion_regions(self.device_run.groups, self.ops, launched_only=launched_only)
+        from neuron_studio.profiler.model import ModelConfig, model_run
+
+        cfg = self.device_run.config if isinstance(self.device_run.config, ModelConfig) else ModelConfig()
+        meta = self.trace.meta
+        run = model_run(self.trace.ops, chip=self.summary.chip, mode="adaptive", config=cfg.replace(**changes),
+                        world_size=int(meta.get("world_size", 1) or 1),
+                        local_world_size=int(meta.get("local_world_size", 0) or 0) or None)
+        return _regions.fusion_regions(run.groups, joined_ops(self.trace.ops, run.ops_frame()),
+                                       launched_only=launched_only)
 
     def graph_breaks(self) -> pd.DataFrame:
         """Compile mode: each graph break Dynamo reported, at the user's file:line, with its reason and count."""

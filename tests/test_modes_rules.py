@@ -210,3 +210,27 @@ def test_one_classification_dropout_and_item_agree_across_views() -> None:
     assert not ops.loc[idle, "bound"].isin(["compute", "memory"]).any()   # no engine time, no bytes: not compute
     table = prof.op_table().set_index("key")
     assert table.loc["aten::native_dropout", "kind"] == "host_round_trip"
+
+
+def test_the_adaptive_switches_are_honoured_and_offered_as_what_if(monkeypatch) -> None:
+    from neuron_studio import profile
+
+    w = torch.randn(32, 32, device="neuron")
+    x = torch.randn(32, 32, device="neuron")
+
+    def step():
+        y = x @ w
+        for _ in range(6):
+            y = y * 1.01
+        y += 1
+        return y @ w
+
+    base = profile(step, steps=1, warmup=1, mode="adaptive", host_events=False)
+    small = base.fusion_regions(buffer_limit=2)
+    assert (small["reason"] == "buffer_limit").any() and len(small) > len(base.fusion_regions())
+    no_skip = base.fusion_regions(skip_intermediate=False)
+    assert not (no_skip["reason"] == "in_place").any()
+    monkeypatch.setenv("TORCH_NEURONX_CONCATENATION_BUFFER_SIZE_LIMIT", "2")
+    env = profile(step, steps=1, warmup=1, mode="adaptive", host_events=False)
+    assert env.trace.meta["adaptive_switches"] == {"adaptive_buffer_limit": 2}
+    assert env.device_run.config.adaptive_buffer_limit == 2 and env.launches_per_step == len(small)

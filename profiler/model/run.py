@@ -9,6 +9,7 @@ import numpy as np
 from neuron_studio.hardware import ChipSpec, chip_spec
 from neuron_studio.profiler.model.calibration import calibration_summary_or_none
 from neuron_studio.profiler.model.columns import OpColumns, as_columns
+from neuron_studio.profiler.model.adaptive_regions import SOURCE_COMMIT, SOURCE_REPO
 from neuron_studio.profiler.model.config import ModelConfig
 from neuron_studio.profiler.model.ops import ENGINES
 from neuron_studio.profiler.model.schedule import (
@@ -18,6 +19,25 @@ from neuron_studio.profiler.model.schedule import (
 from neuron_studio.profiler.model.run_summary import RunSummary, cost_per_step, engine_figures, ratio
 
 __all__ = ["FusionGroup", "FusionGroups", "ModeledRun", "model_run"]
+
+_SRC = f"{SOURCE_REPO} @{SOURCE_COMMIT[:8]}"
+#: The launch rule of each mode, with the TorchNeuron source it follows (shown with every modeled run).
+_MODE_RULES = {
+    "eager": {"launches": "one NEFF launch per device op (Neuron docs: eager compiles one NEFF per operator); "
+                          "views, host fallbacks and host copies launch nothing"},
+    "adaptive": {"launches": "TorchNeuron's op concatenation: a region closes at a matmul-family op (aten::linear, "
+                             "mm, bmm, addmm, baddbmm, addbmm, matmul, conv2d, NKI kernels); in-place ops, "
+                             "collectives, host copies and a full buffer (1024 ops) are boundaries that run alone; "
+                             "host waits, fallbacks and step ends flush the buffer unconcatenated "
+                             f"({_SRC}: torch_neuronx/csrc/core/concatenation/ConcatenationEngine.cpp, "
+                             "IrConcatStrategy.cpp, ConcatenationCore.cpp, IrNodeManager.cpp; "
+                             "csrc/core/OperationExecutionEngine.cpp); assumes the host keeps the queue deep"},
+    "compile": {"launches": "one NEFF launch per compiled-graph execution; ops between graphs (graph breaks) one "
+                            "launch each; input mutations (optimizer updates) inside the graph "
+                            f"({_SRC}: torch_neuronx/neuron_dynamo_backend/backend.py, "
+                            "keep_inference_input_mutations=True; fx/passes/functionalize_copy_inplace_result.py; "
+                            "executor.py aliases outputs to input buffers)"},
+}
 
 _ENGINE_NAMES = np.asarray(ENGINES, dtype=object)
 _BOUND_NAMES = np.asarray(BOUNDS, dtype=object)
@@ -309,6 +329,7 @@ def model_run(
             "mbu": "HBM bytes of device ops (collectives and host copies excluded) / (HBM bandwidth per logical "
                    "core x cores used x step time)",
             "cost": "price per chip-hour x chips used x step time",
+            **_MODE_RULES.get(mode, {}),
         },
     )
     return ModeledRun(ops=ops, groups=groups, summary=summary, config=cfg, spec=spec, h100_spec=h100)
