@@ -73,11 +73,13 @@ def test_01_getting_started(run_notebook):
     assert r["loss_finite"]
     # where the step goes adds up to the step; launch overhead dominates and the studio says what to do
     assert r["breakdown_sum_us"] == pytest.approx(r["step_time_us"], rel=1e-9)
-    assert "launch overhead" in r["recommendations"][0] and "→ adaptive eager or compile" in r["recommendations"][0]
-    # the predicted best variant, run for real in the next cells, agrees with the prediction
-    assert r["predicted_best"] == "adaptive on trn2" and r["checked_mode"] == "adaptive"
+    rec = r["recommendations"][0]
+    assert "launch overhead" in rec and "adaptive eager" in rec and "compile" in rec
+    # compile is predicted best (an approximate row); the adaptive row is re-modeled from exactly the recorded
+    # ops by TorchNeuron's concatenation rules, so running it agrees with its prediction
+    assert r["predicted_best"] == "compile on trn2" and r["checked_mode"] == "adaptive"
     assert r["checked_us"] == pytest.approx(r["predicted_us"], rel=0.05)
-    assert r["checked_us"] < r["step_time_us"] / 3
+    assert r["checked_us"] < r["step_time_us"]
 
 
 @pytest.mark.slow
@@ -91,7 +93,8 @@ def test_02_profile_a_transformer(run_notebook):
     assert r["roofline_points"] > 0
     assert "aten::mm" in r["hot_path_ops"]
     assert r["breakdown_sum_ms"] == pytest.approx(r["step_time_ms"], rel=1e-9)
-    assert r["predicted_best"] == "adaptive on trn2" and r["checked_mode"] == "adaptive"
+    # AdamW's in-place updates each run alone in adaptive eager (TorchNeuron's rule): compile is predicted best
+    assert r["predicted_best"] == "compile on trn2" and r["checked_mode"] == "adaptive"
     assert r["checked_ms"] == pytest.approx(r["predicted_ms"], rel=0.05)
     assert r["checked_ms"] < r["step_time_ms"]
 

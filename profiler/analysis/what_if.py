@@ -4,8 +4,8 @@ kernel swapped in, without rerunning anything.
 Modes and chips go through the NeuronCore model's public entry point (`model_run`) on the recorded op
 columns; only the mode's *grouping input* is changed, and how well that is known is said per row:
 - another chip, same mode: exact under the model (same ops, that chip's specs);
-- eager ↔ adaptive: the model's own grouping rules over the recorded ops and sync points (TorchNeuron's real
-  adaptive-eager heuristic is not public);
+- eager ↔ adaptive: TorchNeuron's op-concatenation rules (profiler/model/adaptive_regions.py) over the recorded
+  ops, sync points and step ends (approximate only in assuming a deep execution queue);
 - an eager/adaptive trace as compile: graphs are assumed between the sync points, CPU fallbacks, host copies,
   collectives and forward/backward/optimizer boundaries the trace shows; graph breaks Dynamo would add and
   recompiles are not known from an eager trace;
@@ -29,13 +29,14 @@ __all__ = ["WhatIfError", "Variant", "rank_rows", "MIN_SPEEDUP", "KINDS", "synth
 
 PROFILE = "the profile's own figures"
 EXACT = "re-modeled: same ops on this chip (exact under the model)"
-APPROX_GROUPING = ("re-modeled, approximate: the model's adaptive-eager grouping over the recorded sync points "
-                   "(TorchNeuron's heuristic is not public)")
+APPROX_GROUPING = ("re-modeled, approximate: TorchNeuron's op-concatenation rules (regions close at matmuls; in-place "
+                   "ops, host waits and step ends split them) over the recorded ops, assuming the host keeps the "
+                   "device's queue deep (a starving device flushes earlier)")
 APPROX_GRAPHS = ("re-modeled, approximate: graphs assumed between the trace's sync points, CPU fallbacks, host "
-                 "copies, collectives and forward/backward/optimizer boundaries, each followed by one copy per "
-                 "input its in-place ops update (estimated from the storages they write); Dynamo's own graph "
-                 "breaks, state it keeps on the host in eager mode (e.g. optimizer step counters) and recompiles "
-                 "are not known from this trace, so compile can be slower than shown")
+                 "copies, collectives and forward/backward/optimizer boundaries, in-place updates inside them (as "
+                 "TorchNeuron's backend keeps input mutations in the NEFF); Dynamo's own graph breaks, state it "
+                 "keeps on the host in eager mode (e.g. optimizer step counters) and recompiles are not known from "
+                 "this trace, so compile can be slower than shown")
 APPROX_DECOMPOSED = ("re-modeled, approximate: the compiled graphs' decomposed ops stand in for the eager ops")
 APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kernel model at a reference call) "
                  "subtracted from this profile's step")
