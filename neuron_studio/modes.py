@@ -224,7 +224,21 @@ _BREAK_AT = re.compile(r"Graph break in user code at (?P<src>.+?:\d+)\s*\n")
 _BREAK_REASON = re.compile(r"Graph Break Reason:\s*(?P<reason>.*?)(?:\n\s*\n|\n\s*Explanation:|$)", re.S)
 _EXPLANATION = re.compile(r"Explanation:\s*(?P<why>[^\n]+)")
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_NOT_USER = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _not_user_dirs() -> tuple[str, ...]:
+    """Frames in these are not the user's: torch, the standard library and the studio's own packages."""
+    import importlib.util
+
+    dirs = [os.path.dirname(torch.__file__), os.path.dirname(os.__file__), os.path.dirname(os.path.abspath(__file__))]
+    for name in ("neuron_studio.profiler", "neuron_studio.kernels"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            dirs += list(spec.submodule_search_locations)
+    return tuple(os.path.join(d, "") for d in dirs) + ("<frozen",)
+
+
+_NOT_USER = _not_user_dirs()
 _BREAKS_BY_FUNCTION: "weakref.WeakKeyDictionary[Any, list[dict[str, Any]]]" = weakref.WeakKeyDictionary()
 
 
@@ -293,7 +307,7 @@ class GraphBreaks:
         if why is not None:   # Dynamo's one-line explanation says it best ("does not know how to trace print")
             reason = why.group("why").strip()
         if inner.startswith(_NOT_USER) and src != at.group("src"):
-            reason = f"{reason} (in {os.path.relpath(inner, os.path.dirname(_NOT_USER[0]))})"
+            reason = f"{reason} (in {os.path.relpath(inner, os.path.dirname(os.path.dirname(torch.__file__)))})"
         self.records.append((src, reason))
 
     def rows(self, source_of: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:

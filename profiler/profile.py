@@ -367,7 +367,21 @@ class Profile:
             per = getattr(self.device_run.config, "compile_time_per_graph_ns", None)
             rec = _bd.recompile_recommendation(rc["shapes"].astype(str).tolist(), per)
             recs = recs + ([rec] if rec is not None else [])
-        return dataclasses.replace(bd, recommendations=recs)
+        return dataclasses.replace(bd, recommendations=recs, notes=list(bd.notes) + self._outside_graph_notes())
+
+    def _outside_graph_notes(self) -> list[str]:
+        """Compile mode: the launches that ran outside the compiled graphs (between graph breaks), per step, and
+        the breaks that put them there."""
+        if self.trace.mode != "compile":
+            return []
+        ops = self.ops
+        outside = ops["launch"].to_numpy(bool) & (ops["graph"].to_numpy() < 0)
+        if not outside.any():
+            return []
+        gb = self.graph_breaks()
+        where = "; ".join(f"{r.source} ({r.reason})" for r in gb.head(3).itertuples(index=False))
+        return [f"{outside.sum() / self.steps:.0f} launch(es) per step run outside the compiled graphs, eagerly"
+                + (f": graph breaks at {where}" if where else "") + " → remove the breaks so those ops join a graph"]
 
     def advice(self) -> list[dict] | None:
         """The what-if rows on the profiled chip in the advisor's ranking (`what_if.rank_rows`, best first), as the

@@ -234,3 +234,22 @@ def test_the_adaptive_switches_are_honoured_and_offered_as_what_if(monkeypatch) 
     env = profile(step, steps=1, warmup=1, mode="adaptive", host_events=False)
     assert env.trace.meta["adaptive_switches"] == {"adaptive_buffer_limit": 2}
     assert env.device_run.config.adaptive_buffer_limit == 2 and env.launches_per_step == len(small)
+
+
+def test_compile_breakdown_names_the_launches_outside_the_graphs() -> None:
+    from neuron_studio import profile
+
+    torch._dynamo.reset()
+    w = torch.randn(32, 32, device="neuron")
+
+    def step():
+        y = w @ w
+        torch._dynamo.graph_break()
+        return (y * 2) @ w
+
+    prof = profile(step, steps=2, warmup=1, mode="compile", host_events=False)
+    gb = prof.graph_breaks()
+    assert len(gb) and gb["source"].str.contains("test_modes_rules.py").all()
+    inside = prof.ops[prof.ops["launch"]]["graph"] >= 0
+    assert inside.all()   # both halves are graphs: no eager launch, no note
+    assert not any("outside the compiled graphs" in n for n in prof.step_breakdown().notes)
