@@ -74,7 +74,7 @@ def test_01_getting_started(run_notebook):
     # where the step goes adds up to the step; launch overhead dominates and the studio says what to do
     assert r["breakdown_sum_us"] == pytest.approx(r["step_time_us"], rel=1e-9)
     rec = r["recommendations"][0]
-    assert "launch overhead" in rec and "adaptive eager" in rec and "compile" in rec
+    assert "launch overhead" in rec and "compile" in rec     # the advisor's best: compile (TorchNeuron's rules)
     # compile is predicted best (an approximate row); the adaptive row is re-modeled from exactly the recorded
     # ops by TorchNeuron's concatenation rules, so running it agrees with its prediction
     assert r["predicted_best"] == "compile on trn2" and r["checked_mode"] == "adaptive"
