@@ -1,21 +1,28 @@
 """Modeled kernel time from a `KernelTrace`: a schedule of the instructions over the engines of one NeuronCore.
 
-Model (each figure from the hardware accessor, each assumption from `ModelConfig`; calibrated against the NKI
-tutorials' published latencies, benchmarks/bench_calibration.py):
-- Every engine (Tensor, Vector, Scalar, GpSimd) and the DMA queues execute their instructions in program order;
-  an instruction starts when its engine is free and the instructions that wrote its inputs (and last read or
-  wrote its outputs) have finished: the allocations each instruction reads and writes are in the trace. So
-  loads overlap compute when the kernel double-buffers (fresh tiles per iteration) and serialise when it does
-  not.
-- Tensor Engine: a matmul issues every max(N, MM_INIT) cycles (N = moving free size, x BF16/FP32 peak ratio in
+Model (each figure from the hardware accessor, each assumption from `ModelConfig`; checked against published
+measurements in benchmarks/bench_calibration.py):
+- Dependencies follow the bytes each instruction touches (`Instruction.read_spans` / `write_spans`): an
+  instruction starts after the last writer of what it reads, and after the last readers and writer of what it
+  writes, have finished. Two slices of one tensor are independent (per accessed slice, not per tensor).
+- Tensor, Vector, Scalar and GpSimd engines run their instructions in program order.
+  Tensor Engine: a matmul issues every max(N, MM_INIT) cycles (N = moving free size, x BF16/FP32 peak ratio in
   FP32), or its FLOPs at peak if larger (architecture guide: initiation interval max(N, 64)).
-- Vector Engine: N cycles per input tile streamed (two-input ops ~2N) + a static overhead per instruction;
+  Vector Engine: N cycles per input tile streamed (two-input ops ~2N) + a static overhead per instruction;
   Scalar Engine: N cycles + its static overhead (~189 ns for a dependent one-element instruction on NC-v2);
   N = elements / elements per cycle.
-- DMA: bytes / (per-core DMA peak x payload efficiency) occupies the queues (a transfer takes the first free
-  slot after its inputs are ready, not strictly in program order: 16 engines); the ~1.3 µs fixed latency
-  delays the consumer but not the next transfer. Efficiency = bytes-per-partition / 4 KiB (saturation), floored at the
-  fitted `ModelConfig.dma_small_payload_efficiency`.
+- DMA (nki-dma-overview.rst, nki-dma-bandwidth-guide.rst, trainium2_arch.rst):
+  * on NeuronCore-v3/v4 each DMA instruction first takes `dge_instruction_ns` (~600 ns) on the descriptor
+    generator; NeuronCore-v2 has none (static descriptors);
+  * a transfer spreads over the DMA engines of the SBUF partitions it touches (16 engines, 8 partitions each:
+    a 4-partition load uses one engine); each engine moves its share at the per-engine rate (core DMA
+    bandwidth / 16) plus `dma_descriptor_overhead_ns` per contiguous run of the HBM side it moves (row
+    descriptors of a strided tile vs one run of a contiguous block); DMA transposes run at the documented
+    fraction of that rate (90% HBM->SBUF, 50% SBUF->SBUF on Trn2);
+  * an engine takes the first free gap after the transfer is ready (16 engines, not one queue); the ~1.3 µs
+    fixed latency delays the consumer but holds no engine.
+- SBUF the kernel's live tiles do not fit in is spilled by the compiler's allocator: the spilled bytes are saved
+  to HBM and reloaded on the DMA engines, in their idle time (`KernelTrace.spill_bytes`).
 - Kernel time = last instruction's end + `ModelConfig.kernel_launch_overhead_ns` (preamble and completion).
 A kernel runs on ONE PHYSICAL NeuronCore (`ChipSpec.core(lnc=1)`; the interpreter does not model the LNC grid).
 """
@@ -26,13 +33,14 @@ from dataclasses import dataclass, field
 
 from neuron_studio.hardware import ChipSpec, CoreFigures, SpecError, chip_spec
 from neuron_studio.profiler.model.config import ModelConfig
-from neuron_studio.profiler.model.list_schedule import ListSchedule
+from neuron_studio.profiler.model.list_schedule import GapQueue
 
+from .interpreter.access import Span
 from .interpreter.dtypes import itemsize
 from .interpreter.trace import ENGINES, Instruction, KernelTrace
 
 __all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "kernel_core", "instruction_ns",
-           "dma_efficiency"]
+           "DmaShape", "dma_shape"]
 
 _FP32 = ("float32", "tfloat32")
 _TWO_INPUT = ("tensor_tensor",)
@@ -92,29 +100,44 @@ def _narrow(dtype: str) -> bool:
         return False
 
 
-def dma_efficiency(bytes_per_partition: float, spec: ChipSpec, config: ModelConfig) -> float:
-    """Fraction of the per-core DMA peak a transfer with this contiguous payload per partition reaches."""
-    sat = float(spec.dma_saturation_bytes_per_partition or 4096)
-    return min(1.0, max(config.dma_small_payload_efficiency, bytes_per_partition / sat))
+@dataclass(frozen=True)
+class DmaShape:
+    """How one transfer occupies the DMA engines: engines first..first+engines-1, each busy `engine_ns`."""
+
+    first: int
+    engines: int
+    engine_ns: float
 
 
-def _bytes_per_partition(nbytes: int, shapes: tuple[tuple[int, ...], ...], pmax: int) -> float:
-    parts = max((s[0] for s in shapes if s and s[0] <= pmax), default=1)
-    return nbytes / max(1, parts)
+def dma_shape(nbytes: int, partitions: tuple[int, int], descriptors: int, spec: ChipSpec, opcode: str = "dma_copy"
+              ) -> DmaShape:
+    """The DMA engines a transfer of `nbytes` over SBUF `partitions` (first, count) with `descriptors`
+    contiguous runs on its HBM side uses, and how long each is busy (see the module docstring)."""
+    n_eng = int(spec.dma_engines_per_core)
+    per_eng = max(1, int(spec.partition_max) // n_eng)
+    first_p, count = max(0, partitions[0]), max(1, partitions[1])
+    first = min(n_eng - 1, first_p // per_eng)
+    last = min(n_eng - 1, (first_p + count - 1) // per_eng)
+    engines = last - first + 1
+    rate = float(spec.core_dma_bandwidth_bytes_per_s or 0.0) / n_eng / 1e9  # bytes per ns per engine
+    if opcode.startswith("dma_transpose"):
+        pct = spec.dma_transpose_sbuf_percent if opcode.endswith(".sbuf") else spec.dma_transpose_hbm_percent
+        rate *= float(pct) / 100 if pct else 1.0
+    runs = -(-max(1, descriptors) // engines)
+    return DmaShape(first, engines, nbytes / engines / rate + runs * float(spec.dma_descriptor_overhead_ns or 0.0))
 
 
 def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: int, cycles_hint: int,
                    spec: ChipSpec, core: CoreFigures | None = None, *, opcode: str = "",
-                   shapes: tuple[tuple[int, ...], ...] = (), config: ModelConfig | None = None) -> float:
+                   partitions: tuple[int, int] = (0, 0), descriptors: int = 0) -> float:
     """Time `engine` is busy with one instruction on one physical core of `spec` (see module docstring).
 
-    For DMA this is the queue occupancy; the fixed DMA latency is added by the schedule, not here."""
+    For DMA this is how long each engine it uses is busy; the descriptor generation and the fixed DMA latency
+    are added by the schedule, not here."""
     core = core or spec.core(1)
-    cfg = config or ModelConfig()
     if engine == "dma":
-        bpp = _bytes_per_partition(nbytes, shapes, spec.partition_max or 128)
-        return nbytes / (float(spec.core_dma_bandwidth_bytes_per_s or core.dma_bytes) / 1e9
-                         * dma_efficiency(bpp, spec, cfg))
+        parts = partitions if partitions[1] else (0, int(spec.partition_max))
+        return dma_shape(nbytes, parts, descriptors, spec, opcode).engine_ns
     if engine == "tensor":
         fp32 = dtype in _FP32
         peak = (core.tensor_fp32_flops if fp32 else core.tensor_bf16_flops) / 1e9  # flops per ns
@@ -138,30 +161,133 @@ def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: i
     return (passes * elements / per_cycle + static) / clock
 
 
+class _Hazards:
+    """Per-allocation byte spans with the end of their last write and last read (see `Span`)."""
+
+    def __init__(self) -> None:
+        self.written: dict[int, list[list]] = defaultdict(list)  # buffer -> [[span, write end, last read end]]
+        self.read_only: dict[int, float] = {}  # buffer -> last read of bytes no recorded write covers
+
+    def earliest(self, reads: tuple[Span, ...], writes: tuple[Span, ...]) -> float:
+        t = 0.0
+        written = self.written
+        for r in reads:
+            for sp, w_end, _ in written.get(r.buffer, ()):
+                if w_end > t and sp.overlaps(r):
+                    t = w_end
+        for w in writes:
+            for sp, w_end, r_end in written.get(w.buffer, ()):
+                last = w_end if w_end > r_end else r_end
+                if last > t and sp.overlaps(w):
+                    t = last
+            t = max(t, self.read_only.get(w.buffer, 0.0))
+        return t
+
+    def commit(self, reads: tuple[Span, ...], writes: tuple[Span, ...], done: float) -> None:
+        for r in reads:
+            hit = False
+            for e in self.written.get(r.buffer, ()):
+                if e[0].overlaps(r):
+                    hit = True
+                    if e[2] < done:
+                        e[2] = done
+            if not hit and self.read_only.get(r.buffer, 0.0) < done:
+                self.read_only[r.buffer] = done
+        for w in writes:
+            entries = self.written[w.buffer]
+            entries[:] = [e for e in entries if not w.covers(e[0])]
+            entries.append([w, done, 0.0])
+
+
+class _KernelSchedule:
+    """Engines of one physical NeuronCore: in-order compute engines, DMA engines that take the first free gap,
+    the descriptor generator (NC-v3/v4), and the byte-span hazards between instructions."""
+
+    GAPS_KEPT = 256  # busy intervals per DMA engine searched for a free gap (older gaps count as busy)
+
+    def __init__(self, spec: ChipSpec) -> None:
+        self.free: dict[str, float] = defaultdict(float)
+        self.n_dma = int(spec.dma_engines_per_core)
+        # engines with identical timelines share one queue (copy on divergence): a full-width transfer books once
+        shared = GapQueue()
+        self.dma = [shared] * self.n_dma
+        self.users: dict[int, int] = {id(shared): self.n_dma}
+        self.dge_ns = float(spec.dge_instruction_ns or 0.0)
+        self.dge = GapQueue()
+        self.latency = float(spec.dma_fixed_latency_ns or 0.0)
+        self.hazards = _Hazards()
+        self.end = 0.0
+
+    def compute(self, engine: str, dur: float, ins: Instruction) -> None:
+        start = max(self.hazards.earliest(ins.read_spans, ins.write_spans), self.free[engine])
+        done = start + dur
+        self.free[engine] = done
+        self.hazards.commit(ins.read_spans, ins.write_spans, done)
+        self.end = max(self.end, done)
+
+    def transfer(self, shape: DmaShape, ins: Instruction) -> None:
+        ready = self.hazards.earliest(ins.read_spans, ins.write_spans)
+        if self.dge_ns:
+            ready = self.dge.reserve(ready, self.dge_ns) + self.dge_ns
+        done = self._book(shape, ready) + self.latency
+        self.hazards.commit(ins.read_spans, ins.write_spans, done)
+        self.end = max(self.end, done)
+
+    def background(self, shape: DmaShape) -> None:
+        """Traffic with no dependencies (spills): each engine's share in its first free gap."""
+        self.end = max(self.end, self._book(shape, 0.0))
+
+    def _book(self, shape: DmaShape, ready: float) -> float:
+        """Book `shape.engine_ns` on each of its engines at their first free gap after `ready`; the last end."""
+        groups: dict[int, tuple[GapQueue, list[int]]] = {}
+        for e in range(shape.first, shape.first + shape.engines):
+            groups.setdefault(id(self.dma[e]), (self.dma[e], []))[1].append(e)
+        last = ready
+        for q, engines in groups.values():
+            if self.users[id(q)] != len(engines):  # shared with engines outside this transfer: split off
+                self.users[id(q)] -= len(engines)
+                q = q.copy()
+                self.users[id(q)] = len(engines)
+                for e in engines:
+                    self.dma[e] = q
+            last = max(last, q.reserve(ready, shape.engine_ns) + shape.engine_ns)
+            q.forget_gaps_before(self.GAPS_KEPT)
+        return last
+
+
 def kernel_time(trace: KernelTrace, chip: str | None = None, config: ModelConfig | None = None) -> KernelTiming:
     """Model the time of `trace` on `chip` (default: the chip the trace was recorded for)."""
     chip = chip or trace.chip
     cfg = config or ModelConfig()
     spec, core = kernel_core(chip)
-    latency = float(spec.dma_fixed_latency_ns or 0.0)
+    pmax = int(spec.partition_max)
     busy = {e: 0.0 for e in ENGINES}
     lines: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
-    # DMA transfers take the first free gap of the 16 DMA queues; the other engines run in program order
-    sched = ListSchedule(gap_filling=("dma",))
+    sched = _KernelSchedule(spec)
     ins: Instruction
     for ins in trace.instructions:
         eng = ins.engine if ins.engine in busy else "gpsimd"
-        dur = instruction_ns(eng, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
-                             opcode=ins.opcode, shapes=ins.shapes, config=cfg)
-        sched.place(eng, dur, ins.reads, ins.writes, latency=latency if eng == "dma" else 0.0)
-        busy[eng] += dur
+        if eng == "dma":
+            shape = dma_shape(ins.bytes, ins.partitions if ins.partitions[1] else (0, pmax), ins.descriptors, spec,
+                              ins.opcode)
+            sched.transfer(shape, ins)
+            dur = shape.engine_ns
+            busy[eng] += dur * shape.engines / sched.n_dma
+        else:
+            dur = instruction_ns(eng, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
+                                 opcode=ins.opcode)
+            sched.compute(eng, dur, ins)
+            busy[eng] += dur
         acc = lines[(ins.file, ins.line)]
         acc[0] += dur
         acc[1] += 1
-    end = sched.end
+    if trace.spill_bytes:  # saved and reloaded whole partitions rows: two runs per partition
+        spill = dma_shape(trace.spill_bytes, (0, pmax), 2 * pmax, spec)
+        sched.background(spill)
+        busy["dma"] += spill.engine_ns * spill.engines / sched.n_dma
     per_line = sorted((LineTiming(f, ln, v[0], int(v[1])) for (f, ln), v in lines.items()), key=lambda t: -t.ns)
     launch = cfg.kernel_launch_overhead_ns if trace.instructions else 0.0
-    return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=end + launch, per_engine_ns=busy,
+    return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=sched.end + launch, per_engine_ns=busy,
                         per_line=per_line, launch_overhead_ns=launch)
 
 

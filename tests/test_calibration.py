@@ -172,15 +172,106 @@ def test_small_kernel_pays_launch_and_dependent_dma_latencies() -> None:
     assert t.launch_overhead_ns == ModelConfig().kernel_launch_overhead_ns
 
 
-def test_dma_payload_size_sets_the_achieved_bandwidth() -> None:
-    """The same 2 MiB moved as 128 x 256 B tiles is slower than as 128 x 4 KiB tiles (DMA bandwidth guide)."""
+def test_dma_engines_move_descriptors_at_the_per_engine_rate() -> None:
+    """The same 2 MiB moved as 128 x 256 B row descriptors is slower than as 128 x 4 KiB: every descriptor an
+    engine moves costs `dma_descriptor_overhead_ns` on top of its bytes at core DMA bandwidth / 16."""
     a = np.ones((128, 4096), np.float32)
-    small = kernel_time(_copy_kernel_for(64).run(a, chip="trn1")[1], "trn1").per_engine_ns["dma"]
-    large = kernel_time(_copy_kernel_for(1024).run(a, chip="trn1")[1], "trn1").per_engine_ns["dma"]
-    cfg = ModelConfig()
-    assert small == pytest.approx(large / cfg.dma_small_payload_efficiency, rel=1e-6)
-    per_core = chip_spec("trn1").core_dma_bandwidth_bytes_per_s
-    assert large == pytest.approx(2 * a.nbytes / per_core * 1e9, rel=1e-6)   # 272 GB/s per core, not 440
+    spec = chip_spec("trn1")
+    rate = spec.core_dma_bandwidth_bytes_per_s / 16 / 1e9
+    o = spec.dma_descriptor_overhead_ns
+    for cols in (64, 1024):
+        _, trace = _copy_kernel_for(cols).run(a, chip="trn1")
+        assert {i.descriptors for i in trace if i.engine == "dma"} == {128}  # strided rows: one per partition
+        n_copies = 2 * a.shape[1] // cols
+        want = n_copies * (128 * cols * 4 / 16 / rate + 8 * o)  # 8 partitions, 8 descriptors per engine
+        assert kernel_time(trace, "trn1").per_engine_ns["dma"] == pytest.approx(want, rel=1e-9)
+
+
+@JitKernel
+def _four_partition_loads(a):
+    """Two [4, 4096] bf16 loads on partitions 0-3 and 8-11: one DMA engine each (nki-dma-overview.rst)."""
+    t = nl.ndarray((16, 4096), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[0:4, :], src=a[0:4, :])
+    nisa.dma_copy(dst=t[8:12, :], src=a[4:8, :])
+    return a
+
+
+def test_a_transfer_uses_the_dma_engines_of_its_partitions() -> None:
+    from neuron_studio.kernels.cost import dma_shape
+
+    spec = chip_spec("trn2")
+    one = dma_shape(32768, (0, 4), 1, spec)
+    assert (one.first, one.engines) == (0, 1)
+    assert one.engine_ns == pytest.approx(32768 / 23 + spec.dma_descriptor_overhead_ns, rel=0.01)  # ~1416 ns
+    full = dma_shape(32768, (0, 128), 16, spec)
+    assert full.engines == 16 and full.engine_ns == pytest.approx(one.engine_ns / 16, rel=0.2)
+    _, trace = _four_partition_loads.run(np.ones((8, 4096), np.float32).astype(np.float16), chip="trn2")
+    assert [i.partitions for i in trace] == [(0, 4), (8, 4)]
+    both = kernel_time(trace, "trn2").total_ns
+    alone = kernel_time(dataclasses.replace(trace, instructions=trace.instructions[:1]), "trn2").total_ns
+    # different engines: the second transfer waits only for the descriptor generator, not for the first's bytes
+    assert both == pytest.approx(alone + spec.dge_instruction_ns, rel=1e-9)
+
+
+def test_each_dma_instruction_pays_descriptor_generation_on_trn2_not_on_trn1() -> None:
+    """trainium2_arch.rst: each DGE-based DMA instruction takes ~600 ns on NeuronCore-v3; NC-v2 has no DGE."""
+    a = np.ones((128, 4096), np.float32)
+    _, trace = _copy_kernel_for(64).run(a, chip="trn2")
+    n = sum(1 for i in trace if i.engine == "dma")
+    assert kernel_time(trace, "trn2").total_ns >= n * chip_spec("trn2").dge_instruction_ns
+    assert chip_spec("trn1").dge_instruction_ns is None
+
+
+@JitKernel
+def _k_tiles_in_one_tensor(lhsT, rhs):
+    """AWS's style: the k-tiles of lhsT are slices of one SBUF tensor."""
+    K, M = lhsT.shape
+    out = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    tiles = nl.ndarray((K // 128, nl.par_dim(128), M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    rhs_t = nl.ndarray((K // 128, nl.par_dim(128), rhs.shape[1]), dtype=rhs.dtype, buffer=nl.sbuf)
+    acc = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for k in range(K // 128):
+        nisa.dma_copy(dst=tiles[k], src=lhsT[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=rhs_t[k], src=rhs[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(acc, tiles[k], rhs_t[k], accumulate=k > 0)
+    res = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@JitKernel
+def _k_tiles_one_tensor_each(lhsT, rhs):
+    """The same instructions with one SBUF tensor per tile."""
+    K, M = lhsT.shape
+    out = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.psum)
+    for k in range(K // 128):
+        a = nl.ndarray((128, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, rhs.shape[1]), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[k * 128:(k + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=rhs[k * 128:(k + 1) * 128, :])
+        nisa.nc_matmul(acc, a, b, accumulate=k > 0)
+    res = nl.ndarray((M, rhs.shape[1]), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+def test_dependencies_follow_the_accessed_slice_not_the_tensor(chip: str) -> None:
+    """Loading k-tile k+1 into a slice of the tensor that holds k-tile k does not wait for tile k's readers."""
+    g = np.random.default_rng(0)
+    lhsT, rhs = g.standard_normal((1024, 128), np.float32), g.standard_normal((1024, 512), np.float32)
+    out_a, slices = _k_tiles_in_one_tensor.run(lhsT, rhs, chip=chip)
+    out_b, tiles = _k_tiles_one_tensor_each.run(lhsT, rhs, chip=chip)
+    np.testing.assert_allclose(out_a, lhsT.T @ rhs, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(out_a, out_b)
+    assert kernel_time(slices, chip).total_ns == pytest.approx(kernel_time(tiles, chip).total_ns, rel=1e-9)
+    spans = [i.write_spans[0] for i in slices if i.engine == "dma" and i.write_spans[0].buffer == 
+             slices[0].write_spans[0].buffer]
+    assert len(spans) == 8 and not any(x.overlaps(y) for j, x in enumerate(spans) for y in spans[j + 1:])
+    assert spans[0].overlaps(spans[0])
 
 
 def test_vector_two_input_ops_cost_two_passes_and_every_instruction_a_static_overhead() -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -144,16 +145,20 @@ def test_matmul_operand_in_hbm_names_argument():
     assert err.tensor.startswith("a ") and "hbm" in err.tensor
 
 
-def test_sbuf_overflow_depends_on_chip():
+def test_sbuf_overflow_depends_on_chip_and_is_a_spill_charged_as_hbm_traffic():
+    from neuron_studio.kernels.interpreter.memory import NkiSpillWarning
+
     a = np.zeros((4, 4), np.float32)
     # 64 KiB/partition each: 3 fit in trn1's 192 KiB, a 4th does not; trn3 (256 KiB) takes 4.
-    sbuf_hog.run(a, 3, chip="trn1")
-    with pytest.raises(K.NkiRuleError) as info:
-        sbuf_hog.run(a, 4, chip="trn1")
-    assert info.value.rule == "sbuf_capacity"
-    assert info.value.kernel_line == _line_of(sbuf_hog.func, "# <- sbuf")
+    _, fits = sbuf_hog.run(a, 3, chip="trn1")
+    assert fits.spill_bytes == 0
+    with pytest.warns(NkiSpillWarning, match=r"SBUF working set 262144 B/partition exceeds the trn1 capacity.*"
+                      + re.escape(_line_of(sbuf_hog.func, "# <- sbuf"))):
+        _, spilled = sbuf_hog.run(a, 4, chip="trn1")
+    assert spilled.spill_bytes == 2 * 65536 * 128  # the 4th tile's bytes leave SBUF and come back
+    assert K.kernel_time(spilled, "trn1").per_engine_ns["dma"] > K.kernel_time(fits, "trn1").per_engine_ns["dma"]
     _, trace = sbuf_hog.run(a, 4, chip="trn3")
-    assert trace.peak_sbuf_bytes_per_partition == 4 * 65536
+    assert trace.peak_sbuf_bytes_per_partition == 4 * 65536 and trace.spill_bytes == 0
 
 
 def test_sbuf_freed_when_tile_dies():

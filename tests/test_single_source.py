@@ -327,11 +327,13 @@ def test_kernel_cost_model_reads_the_accessor(chip: str) -> None:
     # Overriding a figure through the accessor moves the kernel model.
     fast = chip_spec(chip, overrides={"core_dma_bandwidth_bytes_per_s": 2 * spec.core_dma_bandwidth_bytes_per_s,
                                       "hbm_bandwidth_bytes_per_s": 4 * spec.hbm_bandwidth_bytes_per_s})
-    big = ((128, 1 << 16),)   # 128 partitions x 64 KiB: a saturating payload
-    dma = lambda s: cost.instruction_ns("dma", "bfloat16", 0, 0, 1 << 23, 0, s, shapes=big)  # noqa: E731
-    assert dma(spec) == pytest.approx(2 * dma(fast))
-    assert dma(spec) == pytest.approx((1 << 23) / spec.core_dma_bandwidth_bytes_per_s * 1e9)
-    assert cost.roofline_ns(0, 1 << 23, fast) == pytest.approx(dma(fast))
+    # 128 partitions x 64 KiB, one contiguous run per DMA engine: each engine moves 1/16 at its rate
+    dma = lambda s: cost.instruction_ns("dma", "bfloat16", 0, 0, 1 << 23, 0, s,  # noqa: E731
+                                        partitions=(0, 128), descriptors=s.dma_engines_per_core)
+    o = spec.dma_descriptor_overhead_ns
+    assert dma(spec) - o == pytest.approx(2 * (dma(fast) - o))
+    assert dma(spec) == pytest.approx((1 << 23) / spec.core_dma_bandwidth_bytes_per_s * 1e9 + o)
+    assert cost.roofline_ns(0, 1 << 23, fast) == pytest.approx(dma(fast) - o)
 
 
 def test_trn3_scalar_figure_unified() -> None:

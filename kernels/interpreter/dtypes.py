@@ -1,7 +1,12 @@
-"""NKI dtypes as strings (as the real `nki.language` does) and their numpy storage.
+"""NKI dtypes: what `nl.float32`, `nl.bfloat16`, ... are, and how tiles of each dtype are stored.
 
-numpy has no bfloat16: bf16 values are stored as float32 and rounded to bf16 (round-to-nearest-even, the same
-conversion torch uses) whenever a value is written into a bf16 tensor, so numerics match bf16 hardware tolerances.
+AWS's `nki.language` exposes numpy dtypes (ml_dtypes' for bfloat16 and the FP8 formats), so kernels and their
+drivers write `np.zeros(shape, dtype=nl.bfloat16)`; `public_dtype` gives the same objects (ml_dtypes when it is
+installed; the NKI name as a string for a dtype numpy cannot represent here, e.g. tfloat32). Inside the
+interpreter a tile's dtype is its NKI name (a numpy dtype compares equal to its name).
+
+bf16 values are stored as float32 and rounded to bf16 (round-to-nearest-even, the same conversion torch uses)
+whenever a value is written into a bf16 tensor, so numerics match bf16 hardware tolerances.
 """
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["normalize_dtype", "itemsize", "storage_dtype", "round_to", "BF16"]
+__all__ = ["normalize_dtype", "itemsize", "storage_dtype", "round_to", "BF16", "public_dtype", "finfo"]
 
 BF16 = "bfloat16"
 _ITEMSIZE = {
@@ -41,6 +46,36 @@ def normalize_dtype(dtype: Any) -> str:
     if name in _ITEMSIZE:
         return name
     raise ValueError(f"unsupported dtype {dtype!r}")
+
+
+def public_dtype(name: str) -> Any:
+    """`nl.<name>`: the numpy dtype AWS's package exposes for NKI dtype `name`, or `name` where numpy cannot
+    represent it here (tfloat32; bfloat16/FP8 without ml_dtypes installed)."""
+    try:
+        return np.dtype(name)
+    except TypeError:
+        pass
+    try:
+        import ml_dtypes
+    except ImportError:
+        return name
+    kind = getattr(ml_dtypes, name, None)
+    return np.dtype(kind) if kind is not None else name
+
+
+def finfo(dtype: Any) -> Any:
+    """`nl.finfo(dtype)`: machine limits of a float dtype (`.min`, `.max`, `.eps`, `.tiny`), as numpy.finfo."""
+    name = normalize_dtype(dtype)
+    if name == "tfloat32":
+        name = "float32"  # tf32 is stored as, and has the range of, float32
+    kind = public_dtype(name)
+    if isinstance(kind, str):
+        raise TypeError(f"nl.finfo({name}) needs ml_dtypes (pip install ml_dtypes)")
+    try:
+        import ml_dtypes
+        return ml_dtypes.finfo(kind)
+    except ImportError:
+        return np.finfo(kind)
 
 
 def itemsize(dtype: str) -> int:

@@ -9,14 +9,16 @@ in PSUM ("matmul_dst_buffer"), contraction <= 128 ("matmul_contraction"), statio
 from __future__ import annotations
 
 import enum
+import functools
 from typing import Any, Sequence
 
 import numpy as np
 
 from . import dtypes as _dt
+from .access import contiguous_runs, partition_range, span
 from .errors import NkiRuleError
 from .indexing import align_mask
-from .ops import BINARY, UNARY, Op
+from .ops import BINARY, NUMPY_REDUCERS, UNARY, Op
 from .state import current, kernel_frame, kernel_line
 from .tensor import HBM_BUFFERS, NkiTensor, describe
 from .trace import Instruction
@@ -58,13 +60,30 @@ def record(engine_name: str, opcode: str, operands: Sequence[NkiTensor], dtype: 
     frame = kernel_frame(2)
     st = current()
     ids = [st.buffer_id(t._alloc) for t in operands]
-    extra_r = tuple(st.buffer_id(t._alloc) for t in also_reads if isinstance(t, NkiTensor))
-    extra_w = tuple(st.buffer_id(t._alloc) for t in also_writes if isinstance(t, NkiTensor))
-    current().record(Instruction(
+    more_r = [t for t in also_reads if isinstance(t, NkiTensor)]
+    more_w = [t for t in also_writes if isinstance(t, NkiTensor)]
+    extra_r = tuple(st.buffer_id(t._alloc) for t in more_r)
+    extra_w = tuple(st.buffer_id(t._alloc) for t in more_w)
+    read_spans = tuple(span(t, b) for t, b in zip([*operands[1:], *more_r], (*ids[1:], *extra_r)))
+    write_spans = tuple(span(t, b) for t, b in zip([*operands[:1], *more_w], (*ids[:1], *extra_w)))
+    partitions, descriptors = (0, 0), 0
+    if engine_name == "dma" and operands:
+        partitions, descriptors = _dma_geometry(operands[0], operands[1] if len(operands) > 1 else operands[0])
+    st.record(Instruction(
         engine=engine_name, opcode=opcode, shapes=tuple(t.shape for t in operands), dtype=dtype,
         elements=int(elements), flops=int(flops), bytes=int(nbytes),
         file=frame.f_code.co_filename if frame is not None else "", line=frame.f_lineno if frame else 0,
-        cycles_hint=int(cycles_hint), reads=tuple(ids[1:]) + extra_r, writes=tuple(ids[:1]) + extra_w))
+        cycles_hint=int(cycles_hint), reads=tuple(ids[1:]) + extra_r, writes=tuple(ids[:1]) + extra_w,
+        read_spans=read_spans, write_spans=write_spans, partitions=partitions, descriptors=descriptors))
+
+
+def _dma_geometry(dst: NkiTensor, src: NkiTensor) -> tuple[tuple[int, int], int]:
+    """(SBUF partitions, descriptors) of a transfer: the engines follow its on-chip side's partitions (all 128
+    for HBM->HBM), the descriptors are the contiguous runs of its HBM side (of the source for SBUF->SBUF)."""
+    on_chip = dst if dst.buffer not in HBM_BUFFERS else (src if src.buffer not in HBM_BUFFERS else None)
+    off_chip = src if src.buffer in HBM_BUFFERS else (dst if dst.buffer in HBM_BUFFERS else src)
+    parts = partition_range(on_chip) if on_chip is not None else (0, int(current().spec.partition_max))
+    return parts, max(1, contiguous_runs(off_chip))
 
 
 def _on_chip(*tensors: NkiTensor) -> None:
@@ -123,10 +142,36 @@ def _binary(op: Any) -> Op:
 
 
 def _reducer(op: Any) -> Any:
+    """The reduction of `op`: an NKI operator with one, a numpy ufunc, or a numpy reduction function
+    (np.max, np.sum, ...: AWS's kernels pass `op=np.max` to tensor_reduce)."""
     red = getattr(op, "reduce", None)
+    if red is None and str(getattr(op, "__module__", "")).startswith("numpy"):
+        name = NUMPY_REDUCERS.get(getattr(op, "__name__", ""))
+        red = BINARY[name].reduce if name else None
     if red is None:
         raise NkiRuleError("unsupported_op", f"{op!r} cannot reduce", kernel_line=kernel_line(kernel_frame(2)))
     return red
+
+
+def _maskable(fn: Any) -> Any:
+    """Let an instruction take `mask=` (an index-expression predicate over dst, as AWS's kernels pass it): only
+    the masked elements of dst are written; the instruction is charged for its whole tile."""
+
+    @functools.wraps(fn)
+    def run(dst: NkiTensor, *args: Any, mask: Any = None, **kwargs: Any) -> Any:
+        if mask is None:
+            return fn(dst, *args, **kwargs)
+        keep = align_mask(mask, dst.shape)
+        before = np.array(dst.data, copy=True)
+        out = fn(dst, *args, **kwargs)
+        kept = np.where(keep, dst.data, before)
+        if dst._scatter is not None:
+            dst.write(kept, dst.dtype)
+        else:
+            dst.data[...] = kept
+        return out
+
+    return run
 
 
 # -- DMA ----------------------------------------------------------------------------------------------------
@@ -152,6 +197,7 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, mask: Any = None, transpose: bool =
 
 
 # -- Tensor engine ------------------------------------------------------------------------------------------
+@_maskable
 def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor, is_stationary_onezero: bool = False,
               is_moving_onezero: bool = False, is_transpose: bool = False, accumulate: bool | None = None,
               tile_position: Any = (), tile_size: Any = (), perf_mode: Any = None, name: Any = None) -> None:
@@ -193,6 +239,7 @@ def nc_matmul(dst: NkiTensor, stationary: NkiTensor, moving: NkiTensor, is_stati
     record("tensor", "nc_matmul", (dst, stationary, moving), dt, k * n, 2 * k * m * n, cycles_hint=n)
 
 
+@_maskable
 def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any = None) -> None:
     """dst[F, P] = data[P, F].T; on the Tensor Engine (identity matmul) the result lands in PSUM."""
     _on_chip(dst, data)
@@ -215,6 +262,7 @@ def nc_transpose(dst: NkiTensor, data: NkiTensor, engine: Any = None, name: Any 
 
 
 # -- Vector / Scalar / GpSimd -------------------------------------------------------------------------------
+@_maskable
 def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any, engine: Any = None,
                   name: Any = None) -> None:
     """dst = op(data1, data2) element-wise (same shapes) on the Vector Engine."""
@@ -229,6 +277,7 @@ def tensor_tensor(dst: NkiTensor, data1: NkiTensor, data2: NkiTensor, op: Any, e
     record(_engine(engine, "vector"), f"tensor_tensor.{o.name}", (dst, data1, data2), data1.dtype, n, n)
 
 
+@_maskable
 def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reverse0: bool = False,
                   op1: Any = None, operand1: Any = None, reverse1: bool = False, engine: Any = None,
                   name: Any = None) -> None:
@@ -250,6 +299,7 @@ def tensor_scalar(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reve
            also_reads=(operand0, operand1))
 
 
+@_maskable
 def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale: Any = 1.0,
                reduce_op: Any = None, reduce_res: NkiTensor | None = None, reduce_cmd: Any = None,
                engine: Any = None, name: Any = None) -> None:
@@ -278,16 +328,15 @@ def activation(dst: NkiTensor, op: Any, data: NkiTensor, bias: Any = None, scale
         red = _reducer(reduce_op)
         r = red(np.asarray(y, np.float32).reshape(p, -1), axis=1)
         regs[:p] = red(np.stack([regs[:p], r]), axis=0)
-    if reduce_res is not None:
+    if reduce_res is not None:  # without it the sum stays in the registers for a later instruction to read
         _on_chip(reduce_res)
         _store(reduce_res, regs[:p].reshape(reduce_res.shape) if reduce_res.data.size == p else regs[:p])
-    elif reduce_op is not None:
-        _fail("activation_reduce", "reduce_op needs reduce_res", dst)
     n = data.data.size
     record(_engine(engine, "scalar"), f"activation.{getattr(op, 'name', op)}", (dst, data), data.dtype, n,
            n * (2 + (reduce_op is not None)), also_reads=(bias, scale), also_writes=(reduce_res,))
 
 
+@_maskable
 def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: int | Sequence[int], negate: bool = False,
                   keepdims: bool = False, name: Any = None) -> None:
     """Reduce along free axes on the Vector Engine (`negate` flips the sign of the result)."""
@@ -302,6 +351,7 @@ def tensor_reduce(dst: NkiTensor, op: Any, data: NkiTensor, axis: int | Sequence
     record("vector", f"tensor_reduce.{getattr(op, 'name', op)}", (dst, data), data.dtype, n, n)
 
 
+@_maskable
 def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, dtype: Any = None, name: Any = None) -> None:
     """On-chip copy (PSUM -> SBUF evacuation, dtype casts) on the Vector Engine by default; `dtype` is the
     engine's output type (values are rounded to it, then stored in dst's dtype)."""
@@ -315,6 +365,7 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, dtype: Any =
     record(_engine(engine, "vector"), "tensor_copy", (dst, src), src.dtype, src.data.size, 0)
 
 
+@_maskable
 def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
     """dst = 1 / data on the Vector Engine."""
     _on_chip(dst, data)
@@ -323,6 +374,7 @@ def reciprocal(dst: NkiTensor, data: NkiTensor, name: Any = None) -> None:
     record("vector", "reciprocal", (dst, data), data.dtype, data.data.size, data.data.size)
 
 
+@_maskable
 def memset(dst: NkiTensor, value: float, engine: Any = None, name: Any = None) -> None:
     """Fill a tile with a constant."""
     _on_chip(dst)
@@ -330,6 +382,7 @@ def memset(dst: NkiTensor, value: float, engine: Any = None, name: Any = None) -
     record(_engine(engine, "vector"), "memset", (dst,), dst.dtype, dst.data.size, 0)
 
 
+@_maskable
 def affine_select(dst: NkiTensor, pattern: Sequence[Sequence[int]], offset: int, channel_multiplier: int,
                   on_true_tile: NkiTensor, on_false_value: float, cmp_op: Any = None, name: Any = None) -> None:
     """dst = on_true_tile where cmp_op(offset + p*channel_multiplier + sum(step_i*idx_i), 0) else value (GpSimd).

@@ -7,18 +7,20 @@ from typing import Any
 
 import numpy as np
 
-from .isa import _binary, _bcast, _engine, _fail, _on_chip, _operand, _reducer, _store, activation, record, reduce_cmd
+from .isa import (_binary, _bcast, _engine, _fail, _maskable, _on_chip, _operand, _reducer, _store, activation, record,
+                  reduce_cmd)
 from .state import current
 from .tensor import NkiTensor
 
 __all__ = ["tensor_tensor_scan", "scalar_tensor_tensor", "tensor_scalar_reduce", "activation_reduce",
-           "tensor_partition_reduce", "iota", "dropout"]
+           "tensor_partition_reduce", "iota", "dropout", "topk"]
 
 
 def _flat(t: NkiTensor) -> np.ndarray:
     return np.asarray(t.read(), np.float32).reshape(t.shape[0], -1)
 
 
+@_maskable
 def tensor_tensor_scan(dst: NkiTensor, data0: NkiTensor, data1: NkiTensor, initial: Any, op0: Any, op1: Any,
                        reverse0: bool = False, reverse1: bool = False, name: Any = None) -> None:
     """dst[:, i] = op1(op0(data0[:, i], dst[:, i-1]), data1[:, i]) along the free axis, dst[:, -1] = initial."""
@@ -43,6 +45,7 @@ def tensor_tensor_scan(dst: NkiTensor, data0: NkiTensor, data1: NkiTensor, initi
     record("vector", "tensor_tensor_scan", (dst, data0, data1), data0.dtype, a.size, 2 * a.size)
 
 
+@_maskable
 def scalar_tensor_tensor(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, op1: Any, operand1: NkiTensor,
                          reverse0: bool = False, reverse1: bool = False, engine: Any = None,
                          name: Any = None) -> None:
@@ -62,6 +65,7 @@ def scalar_tensor_tensor(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: An
     record(_engine(engine, "vector"), "scalar_tensor_tensor", (dst, data, operand1), data.dtype, n, 2 * n)
 
 
+@_maskable
 def tensor_scalar_reduce(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: Any, reduce_op: Any,
                          reduce_res: NkiTensor, reverse0: bool = False, name: Any = None) -> None:
     """dst = data op0 operand0, and reduce_res[P, 1] = reduce_op of dst along the free axes (Vector Engine)."""
@@ -79,6 +83,7 @@ def tensor_scalar_reduce(dst: NkiTensor, data: NkiTensor, op0: Any, operand0: An
     record("vector", "tensor_scalar_reduce", (dst, data), data.dtype, n, 2 * n)
 
 
+@_maskable
 def activation_reduce(dst: NkiTensor, op: Any, data: NkiTensor, reduce_op: Any, reduce_res: NkiTensor,
                       bias: Any = None, scale: Any = 1.0, name: Any = None) -> None:
     """`activation` with reduce_cmd=reset_reduce: reduce_res = sum of the activated values per partition."""
@@ -86,6 +91,7 @@ def activation_reduce(dst: NkiTensor, op: Any, data: NkiTensor, reduce_op: Any, 
                reduce_cmd=reduce_cmd.reset_reduce)
 
 
+@_maskable
 def tensor_partition_reduce(dst: NkiTensor, op: Any, data: NkiTensor, name: Any = None) -> None:
     """Reduce across partitions: dst[1, F] = op over axis 0 of data[P, F] (GpSimd Engine)."""
     _on_chip(dst, data)
@@ -94,6 +100,7 @@ def tensor_partition_reduce(dst: NkiTensor, op: Any, data: NkiTensor, name: Any 
     record("gpsimd", "tensor_partition_reduce", (dst, data), data.dtype, data.data.size, data.data.size)
 
 
+@_maskable
 def iota(dst: NkiTensor, expr: Any, offset: int = 0, channel_multiplier: int = 0, name: Any = None) -> None:
     """dst = an index expression's values (`nl.arange` / affine expression), plus offset (GpSimd Engine).
 
@@ -116,6 +123,7 @@ def iota(dst: NkiTensor, expr: Any, offset: int = 0, channel_multiplier: int = 0
     record("gpsimd", "iota", (dst,), dst.dtype, dst.data.size, 0)
 
 
+@_maskable
 def dropout(dst: NkiTensor, data: NkiTensor, prob: Any, name: Any = None) -> None:
     """dst = data with each element zeroed with probability `prob` (scalar or [P, 1] vector), kept ones scaled
     by nothing (NKI's dropout does not rescale). Random bits come from the kernel call's seeded generator."""
@@ -126,3 +134,25 @@ def dropout(dst: NkiTensor, data: NkiTensor, prob: Any, name: Any = None) -> Non
     keep = current().rng.random(x.shape, dtype=np.float32) >= rate
     _store(dst, np.where(keep, x, np.float32(0)))
     record("vector", "dropout", (dst, data), data.dtype, x.size, x.size)
+
+
+def topk(val_dst: NkiTensor, idx_dst: NkiTensor, src: NkiTensor, n: int, name: Any = None) -> None:
+    """NKI 0.6's GpSimd top-K: each group of 16 partitions holds one "snake" of `n` BF16 elements (element e at
+    partition e % 16, column e // 16); every partition of the group gets the K = val_dst.shape[1] largest values in
+    ascending order and their 0-based snake indices (uint32). Cost per the API reference: 4n + K GpSimd cycles
+    per partition."""
+    _on_chip(val_dst, idx_dst, src)
+    p, cols = src.shape[0], int(np.prod(src.shape[1:], dtype=np.int64))
+    k = int(np.prod(val_dst.shape[1:], dtype=np.int64))
+    if p % 16 or not 8 <= n < 65536 or not 1 <= k <= n or cols * 16 < n:
+        _fail("topk_shape", f"topk needs partitions a multiple of 16, 8 <= n < 65536, 1 <= K <= n and "
+              f"src free size >= ceil(n / 16); got {p} partitions, n={n}, K={k}, free size {cols}", src)
+    if idx_dst.shape != val_dst.shape:
+        _fail("shape_mismatch", f"topk idx_dst {list(idx_dst.shape)} != val_dst {list(val_dst.shape)}", idx_dst)
+    x = src.read().astype(np.float32, copy=False).reshape(p // 16, 16, cols)
+    snake = x.transpose(0, 2, 1).reshape(p // 16, cols * 16)[:, :n]        # element e = column e//16, row e%16
+    order = np.argsort(snake, axis=1, kind="stable")[:, n - k:]           # the K largest, ascending
+    vals = np.take_along_axis(snake, order, axis=1)
+    _store(val_dst, np.repeat(vals, 16, axis=0))
+    _store(idx_dst, np.repeat(order, 16, axis=0).astype(np.uint32))
+    record("gpsimd", "topk", (val_dst, src), src.dtype, p * (4 * n + k), 0, also_writes=(idx_dst,))

@@ -28,7 +28,7 @@ _TORCH_TO_NKI = {"torch.float32": "float32", "torch.bfloat16": "bfloat16", "torc
                  "torch.int32": "int32", "torch.int8": "int8", "torch.uint8": "uint8", "torch.bool": "bool",
                  "torch.int16": "int16"}
 # `mode=` values that run the kernel (here: on the interpreter); benchmark/profile need a device.
-_RUN_MODES = {None, "auto", "simulation", "baremetal", "torchxla", "jax", "numpy", "pytorch"}
+_RUN_MODES = {None, "auto", "simulation", "baremetal", "torchxla", "jax", "numpy", "pytorch", "trace"}
 
 
 _sink: contextvars.ContextVar["list[KernelTrace] | None"] = contextvars.ContextVar("nki_trace_sink", default=None)

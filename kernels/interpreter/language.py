@@ -12,8 +12,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from . import dtypes as _dt
 from . import isa as _isa
 from . import lang_math as _m
+from . import registers as _isa_regs
+from .errors import NkiRuleError
 from .indexing import arange, ds, mgrid, par_dim
 from .ops import BINARY, UNARY, Op
 from .spmd import nc, spmd_dim
@@ -24,7 +27,7 @@ from .unsupported import DOCUMENTED_LANGUAGE, unsupported
 __all__ = [
     "sbuf", "psum", "hbm", "shared_hbm", "private_hbm", "tile_size", "par_dim",
     "float32", "bfloat16", "float16", "tfloat32", "int32", "int16", "int8", "uint32", "uint16", "uint8", "bool_",
-    "float8_e4m3", "float8_e5m2",
+    "float8_e4m3", "float8_e5m2", "finfo", "fp32", "fori_loop", "while_loop",
     "ndarray", "zeros", "ones", "full", "zeros_like", "empty_like", "ones_like", "shared_constant",
     "shared_identity_matrix", "rand", "random_seed",
     "affine_range", "sequential_range", "static_range", "load", "store", "load_transpose2d", "copy",
@@ -40,20 +43,22 @@ hbm = "hbm"
 shared_hbm = "shared_hbm"
 private_hbm = "private_hbm"
 
-# Dtypes are strings, as in the real `nki.language`
-float32 = "float32"
-bfloat16 = "bfloat16"
-float16 = "float16"
-tfloat32 = "tfloat32"
-int32 = "int32"
-int16 = "int16"
-int8 = "int8"
-uint32 = "uint32"
-uint16 = "uint16"
-uint8 = "uint8"
-bool_ = "bool"
-float8_e4m3 = "float8_e4m3"
-float8_e5m2 = "float8_e5m2"
+# Dtypes are numpy dtypes (ml_dtypes' for bf16/FP8), as in AWS's `nki.language` (see dtypes.public_dtype)
+float32 = _dt.public_dtype("float32")
+bfloat16 = _dt.public_dtype("bfloat16")
+float16 = _dt.public_dtype("float16")
+tfloat32 = _dt.public_dtype("tfloat32")
+int32 = _dt.public_dtype("int32")
+int16 = _dt.public_dtype("int16")
+int8 = _dt.public_dtype("int8")
+uint32 = _dt.public_dtype("uint32")
+uint16 = _dt.public_dtype("uint16")
+uint8 = _dt.public_dtype("uint8")
+bool_ = _dt.public_dtype("bool")
+float8_e4m3 = _dt.public_dtype("float8_e4m3")
+float8_e5m2 = _dt.public_dtype("float8_e5m2")
+finfo = _dt.finfo
+fp32 = _dt.finfo("float32")  # `nl.fp32.min` in AWS's kernels: float32's limits
 
 
 class _TileSizeLimits(type):
@@ -183,6 +188,26 @@ def affine_range(start: int, stop: int | None = None, step: int = 1, **_: Any) -
 
 sequential_range = affine_range
 static_range = affine_range
+
+
+def fori_loop(lower: Any, upper: Any, body_fun: Any, step: int = 1) -> None:
+    """NKI 0.6's counted loop: `body_fun(i)` for i in range(lower, upper, step); bounds may be registers
+    (`nisa.register_alloc`), read when the loop starts."""
+    if not isinstance(step, int) or step <= 0:
+        raise NkiRuleError("loop_step", f"fori_loop step must be a compile-time positive integer, got {step!r}",
+                           kernel_line=kernel_line(kernel_frame(2)))
+    for i in range(int(lower), int(upper), step):
+        body_fun(_isa_regs.VirtualRegister(i))
+
+
+def while_loop(init: Any, body_fun: Any) -> None:
+    """NKI 0.6's while loop: runs `r = body_fun(r)` while the condition register is nonzero (checked first)."""
+    r = init
+    while int(r) != 0:
+        r = body_fun(r)
+        if r is None:
+            raise NkiRuleError("while_loop_body", "while_loop's body must return the next condition register",
+                               kernel_line=kernel_line(kernel_frame(2)))
 
 
 # -- memory -----------------------------------------------------------------------------------------------

@@ -26,10 +26,13 @@ LAYOUTS: dict[str, tuple[tuple[str, ...], str, bool]] = {
     "neuronxcc.nki.language": (("language",), "language", False),
     "neuronxcc.nki.isa": (("isa_legacy",), "isa", False),
     "neuronxcc.nki.typing": (("toplevel_typing",), "", False),
+    "neuronxcc.nki.compiler": (("toplevel_compiler",), "", True),
     "nki": (("toplevel",), "nki_current", True),
     "nki.language": (("language",), "language", False),
-    "nki.isa": (("isa", "isa_vector_ops"), "isa", False),
+    "nki.isa": (("isa", "isa_vector_ops", "registers"), "isa", False),
     "nki.typing": (("toplevel_typing",), "", False),
+    "nki.compiler": (("toplevel_compiler",), "", True),
+    "nki.collectives": ((), "collectives", False),
 }
 _ROOTS = ("neuronxcc", "nki")
 
@@ -74,7 +77,7 @@ def namespace(public_name: str) -> types.ModuleType:
             mod.__dict__["__getattr__"] = src.__getattr__
     if documented and "__getattr__" not in mod.__dict__:
         doc = {"nki": _u.DOCUMENTED_NKI, "nki_current": frozenset(), "language": _u.DOCUMENTED_LANGUAGE,
-               "isa": _u.DOCUMENTED_ISA}[documented]
+               "isa": _u.DOCUMENTED_ISA, "collectives": _u.DOCUMENTED_COLLECTIVES}[documented]
         mod.__dict__["__getattr__"] = _u.module_getattr(public_name, doc)
     if is_pkg:
         mod.__path__ = []  # a package: submodules resolve through the finder
@@ -105,7 +108,7 @@ class _InterpreterFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # children the parent exposes as attributes (`nki.language`, `nki.isa`) are imported with it
         for name in LAYOUTS:
             head, _, leaf = name.rpartition(".")
-            if head == module.__name__ and leaf in ("language", "isa", "typing"):
+            if head == module.__name__ and leaf in ("language", "isa", "typing", "compiler", "collectives"):
                 setattr(module, leaf, importlib.import_module(name))
 
 

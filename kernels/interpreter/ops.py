@@ -6,7 +6,7 @@ from typing import Callable
 
 import numpy as np
 
-__all__ = ["Op", "UNARY", "BINARY"]
+__all__ = ["Op", "UNARY", "BINARY", "NUMPY_REDUCERS"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,6 +72,8 @@ BINARY = {op.name: op for op in [
     Op("maximum", np.maximum, 2, reduce=np.maximum.reduce),
     Op("minimum", np.minimum, 2, reduce=np.minimum.reduce),
     Op("power", np.power, 2),
+    Op("mod", np.mod, 2),    # Python's x % y: the sign of the divisor (NKI: "Similar to numpy.mod")
+    Op("fmod", np.fmod, 2),  # the sign of the dividend (NKI: "Similar to numpy.fmod")
     Op("equal", lambda a, b: np.equal(a, b).astype(np.float32), 2),
     Op("not_equal", lambda a, b: np.not_equal(a, b).astype(np.float32), 2),
     Op("greater", lambda a, b: np.greater(a, b).astype(np.float32), 2),
@@ -82,3 +84,7 @@ BINARY = {op.name: op for op in [
     Op("logical_or", lambda a, b: np.logical_or(a, b).astype(np.float32), 2),
     Op("logical_xor", lambda a, b: np.logical_xor(a, b).astype(np.float32), 2),
 ]}
+
+# numpy functions NKI accepts as `op=` of reductions (`nisa.tensor_reduce(op=np.max, ...)` in AWS's kernels)
+NUMPY_REDUCERS = {"max": "maximum", "amax": "maximum", "maximum": "maximum", "min": "minimum", "amin": "minimum",
+                  "minimum": "minimum", "sum": "add", "add": "add", "prod": "multiply", "multiply": "multiply"}

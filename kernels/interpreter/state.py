@@ -208,6 +208,8 @@ class CallState:
 
     def finish(self) -> KernelTrace:
         peaks = self.memory.peaks(self.tick + 1)
+        # every spilled byte/partition is saved to HBM and reloaded, on every partition
+        self.trace.spill_bytes = 2 * self.memory.spilled * int(self.spec.partition_max or 0)
         self.trace.peak_sbuf_bytes_per_partition = peaks.get("sbuf", 0)
         self.trace.peak_psum_bytes_per_partition = peaks.get("psum", 0)
         return self.trace

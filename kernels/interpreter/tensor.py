@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes as _dt
+from .access import root_layout
 from .errors import NkiRuleError
 from .indexing import AdvancedKey, ParDim, affine_key, align_mask, resolve
 from .state import assigned_name, current, kernel_frame, kernel_line
@@ -39,12 +40,13 @@ def poison_value(dtype: str) -> Any:
 class _Allocation:
     """Owner of one allocation; the memory pool frees it when the last tensor/view referencing it dies."""
 
-    __slots__ = ("name", "line", "record", "__weakref__")
+    __slots__ = ("name", "line", "record", "root", "__weakref__")
 
     def __init__(self, name: str | None, line: str = "") -> None:
         self.name = name
         self.line = line
         self.record: Any = None  # the on-chip AllocRecord (liveness), None for HBM tensors
+        self.root: tuple[int, int, int] | None = None  # on-chip: (first byte, partition stride, partitions)
 
 
 class NkiTensor:
@@ -370,6 +372,7 @@ def allocate(shape: tuple[int, ...], dtype: Any, buffer: Any, name: str = "", fi
     written = None
     if buffer in ("sbuf", "psum"):
         st.allocate(alloc, buffer, per_partition, shape[:pax], label, frame)
+        alloc.root = root_layout(data, pax)
     elif fill is None:
         written = np.zeros(shape, bool)
     blocks = np.arange(int(np.prod(shape[:pax], dtype=np.int64))).reshape(shape[:pax]) if pax else None

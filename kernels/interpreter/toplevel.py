@@ -1,6 +1,6 @@
 """The interpreter's top-level `nki` / `neuronxcc.nki` module: `jit`, `simulate_kernel`, `simulate`,
-`baremetal`, the `tensor` type, and the device-only entry points (`benchmark`, `profile`, `compiler`), which
-raise NotImplementedError naming themselves when used."""
+`baremetal`, the `tensor` type, and the device-only entry points (`benchmark`, `profile`, `trace`,
+`compiler`), which raise NotImplementedError naming themselves when used."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -9,12 +9,13 @@ from .jit import baremetal, jit, simulate, simulate_kernel
 from .toplevel_typing import tensor
 from .unsupported import Unsupported, unsupported
 
-__all__ = ["jit", "simulate_kernel", "simulate", "baremetal", "benchmark", "profile", "tensor", "compiler"]
+__all__ = ["jit", "simulate_kernel", "simulate", "baremetal", "benchmark", "profile", "trace", "tensor", "compiler"]
 # The current standalone `nki` package's top level has only these (the rest were removed after neuronxcc.nki).
 CURRENT = ("jit", "simulate", "tensor", "compiler")
 
 benchmark = unsupported("nki", "benchmark", decorator=True)
 profile = unsupported("nki", "profile", decorator=True)
+trace = unsupported("nki", "trace", decorator=True)
 
 
 class _Compiler(Unsupported):

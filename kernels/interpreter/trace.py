@@ -6,6 +6,8 @@ from typing import Iterator
 
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 
+from .access import Span
+
 __all__ = ["Instruction", "KernelTrace", "ENGINES"]
 
 ENGINES = DEVICE_ENGINES
@@ -33,7 +35,11 @@ class Instruction:
     line: int
     cycles_hint: int = 0  # engine-specific streaming cycles (tensor engine: moving free size)
     reads: tuple[int, ...] = ()   # allocations (buffer ids, unique per kernel call) the instruction reads
-    writes: tuple[int, ...] = ()  # allocations it writes; the kernel model orders instructions by these
+    writes: tuple[int, ...] = ()  # allocations it writes
+    read_spans: tuple[Span, ...] = ()   # the bytes of those allocations it reads: the kernel model orders
+    write_spans: tuple[Span, ...] = ()  # instructions by these (per accessed slice, not per tensor)
+    partitions: tuple[int, int] = (0, 0)  # DMA: (first SBUF partition, partition count) of its on-chip side
+    descriptors: int = 0                   # DMA: contiguous runs of its HBM side (descriptors the engines move)
 
 
 @dataclass
@@ -45,6 +51,7 @@ class KernelTrace:
     instructions: list[Instruction] = field(default_factory=list)
     peak_sbuf_bytes_per_partition: int = 0
     peak_psum_bytes_per_partition: int = 0
+    spill_bytes: int = 0  # SBUF bytes the compiler's allocator would spill to HBM and reload (save + reload)
 
     def __len__(self) -> int:
         return len(self.instructions)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from .state import kernel_frame, kernel_line
 
 __all__ = ["Unsupported", "unsupported", "module_getattr", "DOCUMENTED_LANGUAGE", "DOCUMENTED_ISA",
-           "DOCUMENTED_NKI", "NOT_ON_INTERPRETER"]
+           "DOCUMENTED_NKI", "DOCUMENTED_COLLECTIVES", "NOT_ON_INTERPRETER"]
 
 DOCUMENTED_LANGUAGE = frozenset("""
 load store load_transpose2d atomic_rmw copy broadcast_to ndarray zeros zeros_like ones full rand random_seed
@@ -41,13 +41,21 @@ unknown_engine
 """.split())
 
 DOCUMENTED_NKI = frozenset("jit benchmark baremetal simulate_kernel profile tensor language isa typing compiler "
-                           "collectives simulate".split())
+                           "collectives simulate trace".split())
+
+# nki.collectives (NKI 0.5/0.6, aws-neuron-sdk nki/api/nki.collectives.rst): cross-rank operations inside a kernel
+DOCUMENTED_COLLECTIVES = frozenset("""
+all_reduce all_gather all_gather_v reduce_scatter all_to_all all_to_all_v collective_permute
+collective_permute_implicit collective_permute_implicit_reduce collective_permute_implicit_current_processing_rank_id
+rank_id ReplicaGroup
+""".split())
 
 # Why an API cannot run here (shown in the error); the default is "not implemented by the interpreter".
 NOT_ON_INTERPRETER = {
     "benchmark": "it measures latency on a Neuron device; use neuron_studio.kernels.kernel_time for modeled time",
     "profile": "it captures a device profile (NEFF/NTFF); use neuron_studio.kernels.kernel_time per line",
     "compiler": "compiler directives and direct allocation (nki.compiler.*) need the Neuron compiler",
+    "trace": "it traces a kernel into a framework graph for the Neuron compiler; call the kernel (nki.jit) instead",
     "nc_matmul_mx": "MX (microscaling) matmul needs MXFP8/MXFP4 formats the interpreter does not model",
     "quantize_mx": "MX (microscaling) quantization needs MXFP8/MXFP4 formats the interpreter does not model",
 }
@@ -86,13 +94,24 @@ class Unsupported:
         return f"<unsupported NKI API {self._api}>"
 
 
-def _raising_kernel(api: Unsupported, func: Callable[..., Any], line: str) -> Callable[..., Any]:
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        raise api.error(line)
+class _RaisingKernel:
+    """A kernel decorated by a device-only API: calling it, also through a launch grid (`bench_func[grid](...)`,
+    as AWS's benchmark examples do), raises NotImplementedError naming the API."""
 
-    kernel.__name__ = getattr(func, "__name__", "kernel")
-    kernel.__wrapped__ = func  # type: ignore[attr-defined]
-    return kernel
+    def __init__(self, api: Unsupported, func: Callable[..., Any], line: str) -> None:
+        self._api, self._line = api, line
+        self.__name__ = getattr(func, "__name__", "kernel")
+        self.__wrapped__ = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise self._api.error(self._line)
+
+    def __getitem__(self, grid: Any) -> "_RaisingKernel":
+        return self
+
+
+def _raising_kernel(api: Unsupported, func: Callable[..., Any], line: str) -> _RaisingKernel:
+    return _RaisingKernel(api, func, line)
 
 
 def unsupported(module: str, name: str, decorator: bool = False) -> Unsupported:

@@ -104,7 +104,11 @@ class ChipSpec:
     core_tensor_mxfp8_flops_per_s: float | None = None
     core_dma_bandwidth_bytes_per_s: float | None = None
     dma_fixed_latency_ns: float | None = None
-    dma_saturation_bytes_per_partition: float | None = None
+    dma_engines_per_core: int | None = None           # a transfer spreads over the engines of its partitions
+    dma_descriptor_overhead_ns: float | None = None   # per contiguous run (descriptor) an engine moves
+    dge_instruction_ns: float | None = None           # descriptor generation per DMA instruction (None: static DMA)
+    dma_transpose_hbm_percent: float | None = None   # percent of the DMA rate an HBM->SBUF transpose reaches
+    dma_transpose_sbuf_percent: float | None = None  # ... an SBUF->SBUF transpose
     tensor_mm_init_cycles: float | None = None
     vector_static_overhead_cycles: float | None = None
     scalar_static_overhead_cycles: float | None = None
@@ -115,11 +119,13 @@ class ChipSpec:
     device_profile_hbm_reserve_bytes: float | None = None  # HBM TorchNeuron's DEVICE profiling mode holds
     sources: Mapping[str, str] = field(default_factory=dict, compare=False)
     notes: Mapping[str, str] = field(default_factory=dict, compare=False)
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict, compare=False)
+    """Plausible (low, high) of figures that are assumed or derived rather than published (figure key "range")."""
 
     def __reduce__(self) -> tuple[Any, tuple[dict[str, Any]]]:
         """Pickle/deepcopy with plain dicts (the read-only mapping views themselves cannot be pickled)."""
         state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        state["sources"], state["notes"] = dict(self.sources), dict(self.notes)
+        state["sources"], state["notes"], state["ranges"] = dict(self.sources), dict(self.notes), dict(self.ranges)
         return (_rebuild_spec, (state,))
 
     def logical_cores_per_chip(self, lnc: int | None = None) -> int:
@@ -189,22 +195,23 @@ class ChipSpec:
 
 
 def _rebuild_spec(state: dict[str, Any]) -> ChipSpec:
-    state = dict(state, sources=MappingProxyType(dict(state["sources"])), notes=MappingProxyType(dict(state["notes"])))
+    state = dict(state, sources=MappingProxyType(dict(state["sources"])), notes=MappingProxyType(dict(state["notes"])),
+                 ranges=MappingProxyType(dict(state.get("ranges", {}))))
     return ChipSpec(**state)
 
 
-_META_FIELDS = {"name", "display_name", "short_name", "kind", "sources", "notes"}
+_META_FIELDS = {"name", "display_name", "short_name", "kind", "sources", "notes", "ranges"}
 _INT_FIELDS = {
     "neuron_cores_per_chip", "lnc_default", "tensor_engine_rows", "tensor_engine_cols",
     "sbuf_bytes_per_core", "sbuf_partitions", "psum_bytes_per_core", "psum_banks", "gemm_stationary_fmax",
-    "gemm_moving_fmax",
+    "gemm_moving_fmax", "dma_engines_per_core",
 }
 _LIST_FIELDS = {"lnc_allowed"}
 # What the NKI interpreter and the kernel model need: required on every Trainium chip.
 _TRAINIUM_FIELDS = ("tensor_engine_rows", "tensor_engine_cols", "sbuf_bytes_per_core", "sbuf_partitions",
                     "psum_bytes_per_core", "psum_banks", "gemm_stationary_fmax", "gemm_moving_fmax",
                     "core_tensor_mxfp8_flops_per_s", "core_dma_bandwidth_bytes_per_s", "dma_fixed_latency_ns",
-                    "dma_saturation_bytes_per_partition", "tensor_mm_init_cycles", "vector_static_overhead_cycles",
+                    "dma_engines_per_core", "dma_descriptor_overhead_ns", "tensor_mm_init_cycles", "vector_static_overhead_cycles",
                     "scalar_static_overhead_cycles", "collective_latency_ns", "collective_bus_bandwidth_bytes_per_s",
                     "internode_collective_latency_ns", "internode_bus_bandwidth_bytes_per_s")
 _OPTIONAL_FIELDS = {f.name for f in dataclasses.fields(ChipSpec) if f.default is None}
@@ -275,6 +282,7 @@ def _parse_chip(name: str, entry: Any) -> ChipSpec:
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     notes: dict[str, str] = {}
+    ranges: dict[str, tuple[float, float]] = {}
     for key, fig in figures.items():
         if not isinstance(fig, dict) or "value" not in fig:
             raise SpecError(f"{name}.{key}: expected {{'value': ..., 'source': ...}}")
@@ -285,13 +293,21 @@ def _parse_chip(name: str, entry: Any) -> ChipSpec:
         sources[key] = src
         if fig.get("note"):
             notes[key] = str(fig["note"])
+        if "range" in fig:
+            lo_hi = fig["range"]
+            if (not isinstance(lo_hi, (list, tuple)) or len(lo_hi) != 2
+                    or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in lo_hi)
+                    or not (0 < lo_hi[0] <= values[key] <= lo_hi[1])):
+                raise SpecError(f"{name}.{key}: 'range' must be [low, high] around the value, got {lo_hi!r}")
+            ranges[key] = (float(lo_hi[0]), float(lo_hi[1]))
     if kind == "trainium":
         lacking = [k for k in _TRAINIUM_FIELDS if k not in values]
         if lacking:
             raise SpecError(f"chip {name!r}: a Trainium chip needs figure(s) {lacking}")
     spec = ChipSpec(name=name, display_name=str(entry.get("display_name", name)),
                     short_name=str(entry.get("short_name", name)), kind=kind,
-                    sources=MappingProxyType(sources), notes=MappingProxyType(notes), **values)
+                    sources=MappingProxyType(sources), notes=MappingProxyType(notes),
+                    ranges=MappingProxyType(ranges), **values)
     _check_consistent(spec)
     return spec
 
@@ -346,7 +362,8 @@ def chip_spec(name: str, overrides: Mapping[str, float] | None = None, *,
         changes[k] = _check_value(key, k, v)
     sources = dict(spec.sources)
     sources.update({k: "user override" for k in changes})
-    out = dataclasses.replace(spec, sources=MappingProxyType(sources), **changes)
+    ranges = {k: v for k, v in spec.ranges.items() if k not in changes}  # an override is the user's value
+    out = dataclasses.replace(spec, sources=MappingProxyType(sources), ranges=MappingProxyType(ranges), **changes)
     try:
         _check_consistent(out)
     except SpecError as exc:

@@ -99,12 +99,6 @@ class ModelConfig:
     final DMA completion) in `kernels.kernel_time`. Unmeasured: published NKI latencies are for kernels of
     milliseconds, where it is invisible; plausible 1-5 µs."""
 
-    dma_small_payload_efficiency: float = 0.37
-    """Fraction of the per-core DMA peak reached by transfers of < 4 KiB per partition. Fitted: the NKI matmul
-    tutorial's three DMA-bound versions (1 KiB and 256 B per partition) move their bytes at ~100 GB/s on Trn1
-    (calibration rows nki_matmul_tiled/hoist_load/block_free) against the documented 272 GB/s per core.
-    Larger payloads scale linearly up to the documented 4 KiB saturation point (DMA bandwidth guide)."""
-
     fusion_rule: str = "chain"
     """How fused ops (adaptive groups, compiled graphs) avoid HBM traffic. "chain": each op's input that
     equals the previous op's output in bytes is treated as an on-chip intermediate (read from SBUF, not HBM);
@@ -156,9 +150,6 @@ class ModelConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ConfigError(f"{name} must be a finite number > 0, got {v!r}")
-        if not (isinstance(self.dma_small_payload_efficiency, (int, float))
-                and 0.0 < self.dma_small_payload_efficiency <= 1.0):
-            raise ConfigError(f"dma_small_payload_efficiency must be in (0, 1], got {self.dma_small_payload_efficiency!r}")
         if self.lnc is not None and (not isinstance(self.lnc, int) or self.lnc < 1):
             raise ConfigError(f"lnc must be None or an integer >= 1, got {self.lnc!r}")
         if self.fusion_rule not in FUSION_RULES:

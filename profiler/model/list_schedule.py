@@ -47,6 +47,19 @@ class GapQueue:
         self.ends[i:j] = [e]
         return t
 
+    def copy(self) -> "GapQueue":
+        q = GapQueue()
+        q.starts, q.ends = list(self.starts), list(self.ends)
+        return q
+
+    def forget_gaps_before(self, keep: int) -> None:
+        """Keep only the last `keep` busy intervals separate: older gaps count as busy (bounds the search of
+        long schedules; a transfer can no longer fill a gap that far back)."""
+        n = len(self.starts) - keep
+        if n > 0:
+            self.starts[:n + 1] = [self.starts[0]]
+            self.ends[:n + 1] = [self.ends[n]]
+
 
 class ListSchedule:
     """Engine queues, channels and buffer hazards of one schedule that starts at `origin` (ns)."""
