@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 
+import calibration_cs149 as cs149  # noqa: E402
 import calibration_kernels as ck  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from neuron_studio.device.emulator.op_event_fields import storage_ids  # noqa: E402
@@ -68,28 +69,38 @@ def _signature(trace: Any) -> list[tuple]:
 
 
 def _check_timing_only(kernel: Any, args: tuple, kwargs: dict) -> None:
-    _, full = kernel.run(*args, chip="trn1", **kwargs)
+    _, full = kernel.run(*args, chip="trn2", **kwargs)
     with tensor_engine_numerics_skipped():
-        _, fast = kernel.run(*args, chip="trn1", **kwargs)
+        _, fast = kernel.run(*args, chip="trn2", **kwargs)
     if _signature(full) != _signature(fast):
         raise RuntimeError(f"{kernel.__name__}: the timing-only trace differs from the real one")
 
 
-def _matmul_inputs(k: int, m: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _matmul_inputs(k: int, m: int, n: int, dtype: torch.dtype = torch.bfloat16) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
-    return (torch.randn(k, m, generator=g).to(torch.bfloat16), torch.randn(k, n, generator=g).to(torch.bfloat16))
+    return (torch.randn(k, m, generator=g).to(dtype), torch.randn(k, n, generator=g).to(dtype))
+
+
+# Small shapes at which each port's timing-only trace is checked against the real run (multiples of its blocks)
+_SMALL = {"matmul_fully_optimized": ((512, 512, 1024), {"tiles_m": 2, "tiles_n": 1, "tiles_k": 2}),
+          "trn2_matmul_v4_block_free": ((512, 256, 1024), {}),
+          "trn2_matmul_v5_block_all": ((512, 512, 1024), {"TILES_IN_BLOCK_M": 2, "TILES_IN_BLOCK_N": 1,
+                                                         "TILES_IN_BLOCK_K": 2})}
 
 
 def model_kernel(row: CalibrationRow) -> float:
     name = row.reproduce.split(":", 1)[1]
     cfg = row.config
-    if name in ck.MATMUL_KERNELS:
-        kernel = ck.MATMUL_KERNELS[name]
-        small = {"tiles_m": 2, "tiles_n": 1, "tiles_k": 2} if name == "matmul_fully_optimized" else {}
-        _check_timing_only(kernel, _matmul_inputs(512, 512, 1024), small)
-        lhsT, rhs = _matmul_inputs(cfg["K"], cfg["M"], cfg["N"])
+    if name in ck.MATMUL_KERNELS or name in ck.TRN2_MATMUL_KERNELS:
+        kernel = ck.MATMUL_KERNELS.get(name) or ck.TRN2_MATMUL_KERNELS[name]
+        dtype = getattr(torch, cfg["dtype"])
+        (k, m, n), small = _SMALL.get(name, ((512, 512, 1024), {}))
+        _check_timing_only(kernel, _matmul_inputs(k, m, n, dtype), small)
+        lhsT, rhs = _matmul_inputs(cfg["K"], cfg["M"], cfg["N"], dtype)
         with tensor_engine_numerics_skipped():
             _, trace = kernel.run(lhsT, rhs, chip=row.chip)
+    elif name.startswith("cs149_"):
+        return cs149.model(row)
     elif name in ck.LAYERNORM_KERNELS:
         g = torch.Generator().manual_seed(0)
         x = torch.randn(cfg["rows"], cfg["cols"], generator=g)
@@ -98,6 +109,22 @@ def model_kernel(row: CalibrationRow) -> float:
     else:
         raise KeyError(f"no kernel port named {name!r}")
     return kernel_time(trace, row.chip).total_ns / 1e3
+
+
+# -- one DMA transfer ----------------------------------------------------------------------------------------
+def model_dma(row: CalibrationRow) -> float:
+    """The DMA engine time (µs) of the first transfer of a published kernel: how long each engine it uses is busy."""
+    import ml_dtypes
+    import numpy as np
+
+    from neuron_studio.hardware import chip_spec
+    from neuron_studio.kernels.cost import dma_shape
+
+    name = row.reproduce.split(":", 1)[1]
+    x = np.ones(tuple(row.config["shape"]), dtype=getattr(ml_dtypes, row.config["dtype"], None) or row.config["dtype"])
+    _, trace = ck.DMA_KERNELS[name].run(x, chip=row.chip)
+    ins = trace[0]
+    return dma_shape(ins.bytes, ins.partitions, ins.descriptors, chip_spec(row.chip), ins.opcode).engine_ns / 1e3
 
 
 # -- single ops and collectives -------------------------------------------------------------------------
@@ -118,7 +145,8 @@ def model_op(row: CalibrationRow) -> float:
     raise KeyError(f"no op reproduction named {row.reproduce!r}")
 
 
-_C10D = {"all_reduce": "c10d::allreduce_", "all_gather": "c10d::allgather_", "reduce_scatter": "c10d::reduce_scatter_"}
+_C10D = {"all_reduce": "c10d::allreduce_", "all_gather": "c10d::allgather_", "reduce_scatter": "c10d::reduce_scatter_",
+         "permute": "c10d::send"}
 
 
 def model_collective(row: CalibrationRow) -> float:
@@ -271,7 +299,7 @@ def model_step(row: CalibrationRow) -> float:
 
 # -- driver -------------------------------------------------------------------------------------------------
 _REPRODUCERS: dict[str, Callable[[CalibrationRow], float]] = {
-    "kernel": model_kernel, "op": model_op, "collective": model_collective, "step": model_step}
+    "kernel": model_kernel, "op": model_op, "collective": model_collective, "step": model_step, "dma": model_dma}
 
 
 def reproduce(row: CalibrationRow) -> float:
@@ -290,7 +318,7 @@ def main() -> None:
         rows = [r for r in rows if r.id in args.rows]
     if args.no_step:
         rows = [r for r in rows if not r.reproduce.startswith("step:")]
-    print(f"{'row':<30} {'chip':<5} {'measured':>12} {'modeled':>12} {'ratio':>7}  {'wall':>6}")
+    print(f"{'row':<36} {'chip':<5} {'measured':>12} {'modeled':>12} {'ratio':>7}  {'wall':>6}")
     fit, out = [], []
     for row in rows:
         t0 = time.perf_counter()
@@ -299,7 +327,7 @@ def main() -> None:
         r = modeled / row.value
         flag = "" if row.in_fit else "  (not in fit)"
         ok = "" if 1 / 1.5 <= r <= 1.5 else "  OUT OF BAND"
-        print(f"{row.id:<30} {row.chip:<5} {row.value:>10.0f}us {modeled:>10.0f}us {r:>7.2f}  {wall:>5.1f}s"
+        print(f"{row.id:<36} {row.chip:<5} {row.value:>10.5g}us {modeled:>10.5g}us {r:>7.2f}  {wall:>5.1f}s"
               f"{flag}{ok}", flush=True)
         out.append((row, modeled, r))
         if row.in_fit:

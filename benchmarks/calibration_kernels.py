@@ -15,8 +15,10 @@ import numpy as np
 from neuron_studio.kernels.interpreter import isa as _isa
 from neuron_studio.kernels.nki_api import nisa, nki, nl
 
-__all__ = ["MATMUL_KERNELS", "LAYERNORM_KERNELS", "matmul_tiled", "matmul_hoist_load", "matmul_block_free",
-           "matmul_fully_optimized", "layernorm_v1", "layernorm_v2"]
+__all__ = ["MATMUL_KERNELS", "LAYERNORM_KERNELS", "TRN2_MATMUL_KERNELS", "DMA_KERNELS", "matmul_tiled",
+           "matmul_hoist_load", "matmul_block_free", "matmul_fully_optimized", "layernorm_v1", "layernorm_v2",
+           "trn2_matmul_v2_tiled", "trn2_matmul_v3_hoisted", "trn2_matmul_v4_block_free", "trn2_matmul_v5_block_all",
+           "trn2_dma_exp"]
 
 TM, TK, TN = 128, 128, 512  # stationary free, contraction (partitions), moving free
 # PSUM accumulators start with an overwriting matmul (accumulate=False), as the hardware's first matmul of an
@@ -243,3 +245,179 @@ def layernorm_v2(x, gamma, beta, eps=1e-5):
 MATMUL_KERNELS = {"matmul_tiled": matmul_tiled, "matmul_hoist_load": matmul_hoist_load,
                   "matmul_block_free": matmul_block_free, "matmul_fully_optimized": matmul_fully_optimized}
 LAYERNORM_KERNELS = {"layernorm_v1": layernorm_v1, "layernorm_v2": layernorm_v2}
+
+
+# -- Trn2: AWS's kernel-optimization tutorial (aws-neuron/aws-neuron-sdk @81ce03ae,
+# nki/guides/tutorials/kernel-optimization.rst). Ports of the four published matmul kernels, as AWS wrote them:
+# the same loop nests, the same lists of tiles, the same dtypes (fp32 inputs; v2/v3/v5 write fp32 results into an
+# HBM tensor of lhsT's dtype), the same instructions in the same order. Written by the studio from the
+# tutorial's listings (its sample code is MIT-0; the studio keeps its own copy).
+@nki.jit
+def trn2_matmul_v2_tiled(lhsT, rhs):
+    """Tutorial "Writing the kernel": per output tile (m, n), for each k load one lhsT and one rhs tile."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    TILE_M, TILE_K, TILE_N = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    result = nl.ndarray(shape=(M, N), dtype=lhsT.dtype, buffer=nl.hbm)
+    for m in nl.affine_range(M // TILE_M):
+        for n in nl.affine_range(N // TILE_N):
+            result_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // TILE_K):
+                lhsT_tile = nl.ndarray(shape=(TILE_K, TILE_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+                rhs_tile = nl.ndarray(shape=(TILE_K, TILE_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=lhsT_tile, src=lhsT[k * TILE_K:(k + 1) * TILE_K, m * TILE_M:(m + 1) * TILE_M])
+                nisa.dma_copy(dst=rhs_tile, src=rhs[k * TILE_K:(k + 1) * TILE_K, n * TILE_N:(n + 1) * TILE_N])
+                nisa.nc_matmul(dst=result_tile, stationary=lhsT_tile, moving=rhs_tile)
+            result_tmp = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=result_tmp, src=result_tile)
+            nisa.dma_copy(dst=result[m * TILE_M:(m + 1) * TILE_M, n * TILE_N:(n + 1) * TILE_N], src=result_tmp)
+    return result
+
+
+@nki.jit
+def trn2_matmul_v3_hoisted(lhsT, rhs):
+    """Tutorial "Analyzing the kernel": lhsT's column of K tiles loaded once per m, rhs's once per (m, n)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    result = nl.ndarray(shape=(M, N), dtype=nl.float32, buffer=nl.hbm)
+    TILE_M, TILE_K, TILE_N = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    for m in nl.affine_range(M // TILE_M):
+        lhsT_tiles = []
+        for k in nl.affine_range(K // TILE_K):
+            lhsT_tile = nl.ndarray(shape=(TILE_K, TILE_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+            nisa.dma_copy(dst=lhsT_tile, src=lhsT[k * TILE_K:(k + 1) * TILE_K, m * TILE_M:(m + 1) * TILE_M])
+            lhsT_tiles.append(lhsT_tile)
+        for n in nl.affine_range(N // TILE_N):
+            rhs_tiles = []
+            for k in nl.affine_range(K // TILE_K):
+                rhs_tile = nl.ndarray(shape=(TILE_K, TILE_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                nisa.dma_copy(dst=rhs_tile, src=rhs[k * TILE_K:(k + 1) * TILE_K, n * TILE_N:(n + 1) * TILE_N])
+                rhs_tiles.append(rhs_tile)
+            result_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+            for k in nl.affine_range(K // TILE_K):
+                nisa.nc_matmul(dst=result_tile, stationary=lhsT_tiles[k], moving=rhs_tiles[k])
+            result_tmp = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.sbuf)
+            nisa.tensor_copy(dst=result_tmp, src=result_tile)
+            nisa.dma_copy(dst=result[m * TILE_M:(m + 1) * TILE_M, n * TILE_N:(n + 1) * TILE_N], src=result_tmp)
+    return result
+
+
+@nki.jit
+def trn2_matmul_v4_block_free(lhsT, rhs):
+    """Tutorial "Overlapping data and compute through blocking": M and N blocked 2 tiles each; the K columns of
+    the block's tiles live in SBUF together (more than SBUF holds at this shape: the compiler spills)."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    TILE_M, TILE_K, TILE_N = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    TILES_IN_BLOCK_M, TILES_IN_BLOCK_N = 2, 2
+    BLOCK_M, BLOCK_N = TILE_M * TILES_IN_BLOCK_M, TILE_N * TILES_IN_BLOCK_N
+    result = nl.ndarray(shape=(M, N), dtype=lhsT.dtype, buffer=nl.hbm)
+    for m in nl.affine_range(M // BLOCK_M):
+        lhsT_tiles = []
+        for bm in nl.affine_range(TILES_IN_BLOCK_M):
+            lhsT_tiles_internal = []
+            for k in nl.affine_range(K // TILE_K):
+                lhsT_tile = nl.ndarray(shape=(TILE_K, TILE_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+                m0 = (m * TILES_IN_BLOCK_M + bm) * TILE_M
+                nisa.dma_copy(dst=lhsT_tile, src=lhsT[k * TILE_K:(k + 1) * TILE_K, m0:m0 + TILE_M])
+                lhsT_tiles_internal.append(lhsT_tile)
+            lhsT_tiles.append(lhsT_tiles_internal)
+        for n in nl.affine_range(N // BLOCK_N):
+            rhs_tiles = []
+            for bn in nl.affine_range(TILES_IN_BLOCK_N):
+                rhs_tiles_internal = []
+                for k in nl.affine_range(K // TILE_K):
+                    rhs_tile = nl.ndarray(shape=(TILE_K, TILE_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                    n0 = (n * TILES_IN_BLOCK_N + bn) * TILE_N
+                    nisa.dma_copy(dst=rhs_tile, src=rhs[k * TILE_K:(k + 1) * TILE_K, n0:n0 + TILE_N])
+                    rhs_tiles_internal.append(rhs_tile)
+                rhs_tiles.append(rhs_tiles_internal)
+            for bm in nl.affine_range(TILES_IN_BLOCK_M):
+                for bn in nl.affine_range(TILES_IN_BLOCK_N):
+                    result_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                    for k in nl.affine_range(K // TILE_K):
+                        nisa.nc_matmul(dst=result_tile, stationary=lhsT_tiles[bm][k], moving=rhs_tiles[bn][k])
+                    result_tmp = nl.ndarray(shape=result_tile.shape, dtype=result.dtype, buffer=nl.sbuf)
+                    nisa.tensor_copy(dst=result_tmp, src=result_tile)
+                    m0, n0 = (m * TILES_IN_BLOCK_M + bm) * TILE_M, (n * TILES_IN_BLOCK_N + bn) * TILE_N
+                    nisa.dma_copy(dst=result[m0:m0 + TILE_M, n0:n0 + TILE_N], src=result_tmp)
+    return result
+
+
+@nki.jit
+def trn2_matmul_v5_block_all(lhsT, rhs, TILES_IN_BLOCK_M=16, TILES_IN_BLOCK_N=2, TILES_IN_BLOCK_K=8):
+    """Tutorial "Optimizing DMA through blocking the contraction dimension": M, N, K blocked; partial sums
+    accumulated into SBUF result tiles with tensor_tensor; results packed [TILE_M, BLOCK_N] per store."""
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    TILE_M, TILE_K, TILE_N = nl.tile_size.gemm_stationary_fmax, nl.tile_size.pmax, nl.tile_size.gemm_moving_fmax
+    BLOCK_M, BLOCK_N, BLOCK_K = TILE_M * TILES_IN_BLOCK_M, TILE_N * TILES_IN_BLOCK_N, TILE_K * TILES_IN_BLOCK_K
+    result = nl.ndarray(shape=(M, N), dtype=nl.float32, buffer=nl.hbm)
+    NUM_BLOCK_M, NUM_BLOCK_N, NUM_BLOCK_K = M // BLOCK_M, N // BLOCK_N, K // BLOCK_K
+    for n in nl.affine_range(NUM_BLOCK_N):
+        result_tmps = []
+        for m_idx in range(NUM_BLOCK_M):
+            block_m = []
+            for bm_idx in range(TILES_IN_BLOCK_M):
+                block_n = []
+                for bn_idx in range(TILES_IN_BLOCK_N):
+                    tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=lhsT.dtype, buffer=nl.sbuf)
+                    nisa.memset(dst=tile, value=0.0)
+                    block_n.append(tile)
+                block_m.append(block_n)
+            result_tmps.append(block_m)
+        for k in nl.sequential_range(NUM_BLOCK_K):
+            rhs_tiles = []
+            for bk_r in range(TILES_IN_BLOCK_K):
+                rhs_tile = nl.ndarray(shape=(TILE_K, BLOCK_N), dtype=rhs.dtype, buffer=nl.sbuf)
+                k0 = (TILES_IN_BLOCK_K * k + bk_r) * TILE_K
+                nisa.dma_copy(dst=rhs_tile[0:TILE_K, 0:BLOCK_N], src=rhs[k0:k0 + TILE_K, BLOCK_N * n:BLOCK_N * (n + 1)])
+                rhs_tiles.append(rhs_tile)
+            for m in nl.affine_range(NUM_BLOCK_M):
+                lhsT_tiles = []
+                for bk_l in nl.affine_range(TILES_IN_BLOCK_K):
+                    lhsT_tile = nl.ndarray(shape=(TILE_K, BLOCK_M), dtype=lhsT.dtype, buffer=nl.sbuf)
+                    k0 = (TILES_IN_BLOCK_K * k + bk_l) * TILE_K
+                    nisa.dma_copy(dst=lhsT_tile[0:TILE_K, 0:BLOCK_M],
+                                  src=lhsT[k0:k0 + TILE_K, BLOCK_M * m:BLOCK_M * (m + 1)])
+                    lhsT_tiles.append(lhsT_tile)
+                for bn in nl.affine_range(TILES_IN_BLOCK_N):
+                    for bm in nl.affine_range(TILES_IN_BLOCK_M):
+                        result_tile = nl.ndarray(shape=(TILE_M, TILE_N), dtype=nl.float32, buffer=nl.psum)
+                        for bk in nl.affine_range(TILES_IN_BLOCK_K):
+                            nisa.nc_matmul(dst=result_tile,
+                                           stationary=lhsT_tiles[bk][0:TILE_K, bm * TILE_M:(bm + 1) * TILE_M],
+                                           moving=rhs_tiles[bk][0:TILE_K, bn * TILE_N:(bn + 1) * TILE_N])
+                        nisa.tensor_tensor(dst=result_tmps[m][bm][bn], data1=result_tmps[m][bm][bn],
+                                           data2=result_tile, op=nl.add)
+        for m in nl.affine_range(NUM_BLOCK_M):
+            for bm in nl.affine_range(TILES_IN_BLOCK_M):
+                result_packed = nl.ndarray(shape=(TILE_M, BLOCK_N), dtype=nl.float32, buffer=nl.sbuf)
+                for bn in nl.affine_range(TILES_IN_BLOCK_N):
+                    nisa.tensor_copy(dst=result_packed[0:TILE_M, bn * TILE_N:(bn + 1) * TILE_N],
+                                     src=result_tmps[m][bm][bn][0:TILE_M, 0:TILE_N])
+                m0 = (TILES_IN_BLOCK_M * m + bm) * TILE_M
+                nisa.dma_copy(dst=result[m0:m0 + TILE_M, BLOCK_N * n:BLOCK_N * (n + 1)],
+                              src=result_packed[0:TILE_M, 0:BLOCK_N])
+    return result
+
+
+# -- Trn2: AWS's DMA overview (nki/get-started/about/nki-dma-overview.rst @81ce03ae), examples 1 and 2: one
+# HBM->SBUF load, an exp on the Scalar Engine, one store; the published figure is the load's DMA engine time.
+@nki.jit
+def trn2_dma_exp(in_tensor):
+    """Both examples' kernel (tensor_exp_kernel_isa): in_tensor [4, 4096] (example 1) or [128, 128] (2), bf16."""
+    out_tensor = nl.ndarray(in_tensor.shape, dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    sbuf_tensor = nl.ndarray(in_tensor.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    out_tile = nl.ndarray(in_tensor.shape, dtype=nl.bfloat16, buffer=nl.sbuf)
+    p, f = in_tensor.shape
+    nisa.dma_copy(src=in_tensor[0:p, 0:f], dst=sbuf_tensor)
+    nisa.activation(dst=out_tile, op=nl.exp, data=sbuf_tensor)
+    nisa.dma_copy(src=out_tile, dst=out_tensor[0:p, 0:f])
+    return out_tensor
+
+
+TRN2_MATMUL_KERNELS = {"trn2_matmul_v2_tiled": trn2_matmul_v2_tiled, "trn2_matmul_v3_hoisted": trn2_matmul_v3_hoisted,
+                       "trn2_matmul_v4_block_free": trn2_matmul_v4_block_free,
+                       "trn2_matmul_v5_block_all": trn2_matmul_v5_block_all}
+DMA_KERNELS = {"trn2_dma_exp": trn2_dma_exp}

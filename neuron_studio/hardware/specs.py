@@ -104,6 +104,7 @@ class ChipSpec:
     core_tensor_mxfp8_flops_per_s: float | None = None
     core_dma_bandwidth_bytes_per_s: float | None = None
     dma_fixed_latency_ns: float | None = None
+    chips_per_instance: int | None = None             # chips whose ranks share one instance (NeuronLink)
     dma_engines_per_core: int | None = None           # a transfer spreads over the engines of its partitions
     dma_descriptor_overhead_ns: float | None = None   # per contiguous run (descriptor) an engine moves
     dge_instruction_ns: float | None = None           # descriptor generation per DMA instruction (None: static DMA)
@@ -113,6 +114,7 @@ class ChipSpec:
     vector_static_overhead_cycles: float | None = None
     scalar_static_overhead_cycles: float | None = None
     collective_latency_ns: float | None = None
+    collective_hop_latency_ns: float | None = None    # per ring step of an intra-instance collective
     collective_bus_bandwidth_bytes_per_s: float | None = None
     internode_collective_latency_ns: float | None = None
     internode_bus_bandwidth_bytes_per_s: float | None = None
@@ -132,6 +134,10 @@ class ChipSpec:
         """Devices torch sees per chip: physical cores grouped `lnc` at a time (LNC=2 on Trn2/Trn3)."""
         lnc = self.lnc_default if lnc is None else lnc
         return max(1, self.neuron_cores_per_chip // lnc)
+
+    def logical_cores_per_instance(self, lnc: int | None = None) -> int | None:
+        """Ranks one instance holds (logical cores per chip x chips per instance); None when not specified."""
+        return None if not self.chips_per_instance else self.chips_per_instance * self.logical_cores_per_chip(lnc)
 
     def check_lnc(self, lnc: int | None = None) -> int:
         """`lnc` (None = the chip default) if the chip allows that grouping; SpecError naming the valid ones."""
@@ -204,7 +210,7 @@ _META_FIELDS = {"name", "display_name", "short_name", "kind", "sources", "notes"
 _INT_FIELDS = {
     "neuron_cores_per_chip", "lnc_default", "tensor_engine_rows", "tensor_engine_cols",
     "sbuf_bytes_per_core", "sbuf_partitions", "psum_bytes_per_core", "psum_banks", "gemm_stationary_fmax",
-    "gemm_moving_fmax", "dma_engines_per_core",
+    "gemm_moving_fmax", "dma_engines_per_core", "chips_per_instance",
 }
 _LIST_FIELDS = {"lnc_allowed"}
 # What the NKI interpreter and the kernel model need: required on every Trainium chip.

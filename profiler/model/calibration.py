@@ -21,8 +21,9 @@ __all__ = ["CalibrationRow", "CalibrationError", "load_calibration", "geomean_er
            "calibration_summary_or_none"]
 
 CALIBRATION_PATH = Path(__file__).with_name("calibration.json")
-_KINDS = ("kernel", "op", "collective", "step")
-_REQUIRED = ("id", "source", "hardware", "chip", "config", "metric", "unit", "value", "reproduce")
+_KINDS = ("kernel", "op", "collective", "step", "dma")
+_REQUIRED = ("id", "source", "hardware", "hardware_basis", "chip", "config", "metric", "unit", "value", "reproduce")
+_BASES = ("stated", "inferred")
 
 
 class CalibrationError(ValueError):
@@ -45,6 +46,7 @@ class CalibrationRow:
     not_matched: str = ""
     notes: Mapping[str, str] = field(default_factory=dict)
     modeled: float | None = None      # the model's value (µs) as bench_calibration.py --write last stored it
+    hardware_basis: str = "stated"     # "stated" by the source, or "inferred" from other documents
 
     @property
     def ratio(self) -> float | None:
@@ -60,7 +62,7 @@ class CalibrationRow:
     def synthetic(cls, chip: str, config: Mapping[str, Any]) -> "CalibrationRow":
         """A row with no published value, for reproducers that model a derived part of a published row."""
         return cls(id="derived", source="derived", hardware="", chip=chip, config=config, metric="", value=1.0,
-                   reproduce="derived:")
+                   reproduce="derived:", hardware_basis="inferred")
 
 
 def _row(raw: Mapping[str, Any]) -> CalibrationRow:
@@ -76,6 +78,8 @@ def _row(raw: Mapping[str, Any]) -> CalibrationRow:
     kind = str(raw["reproduce"]).split(":", 1)[0]
     if kind not in _KINDS:
         raise CalibrationError(f"calibration row {rid!r}: reproduce must start with one of {_KINDS}")
+    if raw["hardware_basis"] not in _BASES:
+        raise CalibrationError(f"calibration row {rid!r}: hardware_basis must be one of {_BASES}")
     in_fit = bool(raw.get("in_fit", True))
     if not in_fit and not raw.get("not_matched"):
         raise CalibrationError(f"calibration row {rid!r} is out of the fit but says not why ('not_matched')")
@@ -88,7 +92,8 @@ def _row(raw: Mapping[str, Any]) -> CalibrationRow:
                           chip=str(raw["chip"]), config=dict(raw["config"]), metric=str(raw["metric"]),
                           value=float(value), reproduce=str(raw["reproduce"]), in_fit=in_fit,
                           not_matched=str(raw.get("not_matched", "")), notes=notes,
-                          modeled=float(modeled) if modeled is not None else None)
+                          modeled=float(modeled) if modeled is not None else None,
+                          hardware_basis=str(raw["hardware_basis"]))
 
 
 def load_calibration(path: Path | str | None = None) -> list[CalibrationRow]:

@@ -125,6 +125,23 @@ def collective_factor(name: str, world_size: int) -> float:
     return 1.0
 
 
+def ring_steps(name: str, world_size: int) -> int:
+    """Steps of a ring collective over `world_size` ranks, each paying one hop latency (intranode-collective-
+    comm.rst: Ring has O(N) per-hop latency): all-reduce = reduce-scatter + all-gather = 2(N-1), all-gather /
+    reduce-scatter / all-to-all N-1, point-to-point 1; 0 for one rank or an op that is not a collective."""
+    if not name.startswith(COLLECTIVE_PREFIX):
+        return 0
+    n = max(1, int(world_size))
+    if n == 1:
+        return 0
+    b = base_name(name)
+    if "allreduce" in b:
+        return 2 * (n - 1)
+    if "allgather" in b or "reduce_scatter" in b or "alltoall" in b:
+        return n - 1
+    return 1
+
+
 def dtype_itemsize(dtype: str) -> int:
     """Bytes per element of a dtype name ('bfloat16', 'torch.float32'); unknown names count as 4."""
     return _ITEMSIZE.get(dtype.rsplit(".", 1)[-1], 4)

@@ -205,13 +205,18 @@ def model_run(
 
     Input: OpColumns, a DataFrame/dict of OpEvent-named columns, or an iterable of OpEvents. `recompiles`
     (a count, or a list of compile records) is costed separately as compile time, never in the step time.
-    `world_size` / `local_world_size` (ranks per instance; None = one instance) size the collectives.
+    `world_size` / `local_world_size` (ranks per instance) size the collectives; `local_world_size=None` packs
+    as many ranks on an instance as it holds (`ChipSpec.logical_cores_per_instance`: 32 on trn1.32xlarge, 64 on
+    trn2.48xlarge at LNC=2), so 64 trn1 ranks are two instances, never one that does not exist.
     """
     cfg = config if config is not None else ModelConfig()
     spec = chip if isinstance(chip, ChipSpec) else chip_spec(chip, spec_overrides)
     h100 = chip_spec("h100")
     cols: OpColumns = as_columns(columns_or_events, deterministic_tag=cfg.deterministic_tag)
     n = len(cols)
+    if local_world_size is None:
+        per_instance = spec.logical_cores_per_instance(cfg.lnc)
+        local_world_size = min(int(world_size), per_instance) if per_instance else None
     s: Schedule = schedule(cols, cfg, mode, world_size, local_world_size)
     rates = core_rates(spec, cfg)
     t = retime(s, rates, cfg)

@@ -21,7 +21,7 @@ from neuron_studio.profiler.model.layout import lay_out
 from neuron_studio.hardware import ChipSpec, SpecError
 from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
 from neuron_studio.profiler.model.ops import (
-    DTYPE_CLASSES, ENGINE_CODE, ENGINES, base_name, classify_engine, collective_factor,
+    DTYPE_CLASSES, ENGINE_CODE, ENGINES, base_name, classify_engine, collective_factor, ring_steps,
 )
 
 __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
@@ -52,7 +52,8 @@ class CoreRates:
     dma_bytes: float
     hbm_bytes: float
     link_bytes: float = 0.0                    # NeuronLink bytes/s per chip (reported, not used for timing)
-    collective_latency_ns: float = 0.0         # published small-message collective time within one instance
+    collective_latency_ns: float = 0.0         # fixed part of a collective within one instance
+    collective_hop_ns: float = 0.0             # per ring step within one instance
     collective_bytes: float = 0.0              # per-rank bus bandwidth within one instance (bytes/s)
     internode_latency_ns: float = 0.0          # published collective latency across instances
     internode_bytes: float = 0.0               # per-rank bus bandwidth across instances (bytes/s)
@@ -77,6 +78,7 @@ def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
         dma_bytes=core.dma_bytes if shared else spec.dma_bandwidth_bytes_per_s,
         hbm_bytes=core.stream_bytes if shared else spec.hbm_bandwidth_bytes_per_s,
         collective_latency_ns=spec.collective_latency_ns or 0.0,
+        collective_hop_ns=spec.collective_hop_latency_ns or 0.0,
         collective_bytes=spec.collective_bus_bandwidth_bytes_per_s or 0.0,
         internode_latency_ns=spec.internode_collective_latency_ns or 0.0,
         internode_bytes=spec.internode_bus_bandwidth_bytes_per_s or 0.0,
@@ -114,6 +116,7 @@ class Schedule:
     out_bytes: np.ndarray
     link_bytes: np.ndarray | None = None  # bytes a collective puts on NeuronLink (ring factor applied)
     nodes: int = 1                        # instances the job spans (collectives cross EFA when > 1)
+    collective_steps: np.ndarray | None = None  # ring steps of each collective (0 for other ops)
     attention: np.ndarray | None = None   # int8 ATTN_* flags (causal halves the work; dropout draws host masks)
     host_mask_elems: np.ndarray | None = None  # random elements the host draws for this device op (dropout)
     rng_elems: np.ndarray | None = None   # random elements a CPU-fallback RNG op draws
@@ -251,6 +254,7 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         dtype_class=np.clip(_take(cols.dtype_class, order), 0, len(DTYPE_CLASSES) - 1).astype(np.int8),
         narrow=_take(cols.itemsize, order) <= 2, moved_bytes=out_b, host_ns=host_ns.astype(np.float64),
         in_bytes=in_b, out_bytes=out_b, link_bytes=_link_bytes(cols, order, world_size), nodes=nodes,
+        collective_steps=_collective_steps(cols, order, world_size),
         attention=_take(cols.attention, order) if cols.attention is not None else np.zeros(n, dtype=np.int8),
         host_mask_elems=np.where(host_mask, elems, 0.0), rng_elems=np.where(is_rng, elems, 0.0),
         is_attention=_per_name(cols, order, lambda nm: "scaled_dot_product" in nm) & (eng_by_name == E_TENSOR),
@@ -356,6 +360,14 @@ def _link_bytes(cols: OpColumns, order: np.ndarray | None, world_size: int) -> n
     return _take(f * msg, order)
 
 
+def _collective_steps(cols: OpColumns, order: np.ndarray | None, world_size: int) -> np.ndarray | None:
+    """Ring steps per row (each pays one hop latency); None when the run has no collective."""
+    steps = np.asarray([ring_steps(str(nm), world_size) for nm in cols.names], dtype=np.float64)
+    if not len(steps) or not steps.any():
+        return None
+    return _take(steps[cols.name_code], order)
+
+
 @dataclass(frozen=True)
 class Timing:
     """Per-row durations and the per-core timeline (sorted order, ns)."""
@@ -438,7 +450,9 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
         coll = ~np.isnan(s.link_bytes)  # a collective on one rank moves nothing: latency only
         inter = s.nodes > 1
         bw = rates.internode_bytes if inter else rates.collective_bytes
-        c_lat = (rates.internode_latency_ns if inter else rates.collective_latency_ns) * config.collective_latency_scale
+        steps = np.zeros(n) if s.collective_steps is None else s.collective_steps
+        intra = rates.collective_latency_ns + steps * rates.collective_hop_ns  # fixed + one hop per ring step
+        c_lat = (rates.internode_latency_ns if inter else intra) * config.collective_latency_scale
         if bw > 0:
             dur = np.where(coll, np.nan_to_num(s.link_bytes) / bw * 1e9 + c_lat, dur)
         else:  # a GPU spec without collective figures: NeuronLink-equivalent link, no latency figure
