@@ -19,6 +19,7 @@ from neuron_studio.device.events import OpEvent
 from neuron_studio.hardware import chip_spec
 from neuron_studio.kernels import kernel_time
 from neuron_studio.kernels.interpreter import isa as nisa
+from neuron_studio.kernels.interpreter.errors import NkiRuleError
 from neuron_studio.kernels.interpreter import language as nl
 from neuron_studio.kernels.interpreter.jit import JitKernel
 from neuron_studio.profiler.model import ModelConfig, model_run
@@ -125,7 +126,8 @@ def bench_calibration():
 
 _ROWS = load_calibration()
 # The matmul tutorial kernels run minutes each on the interpreter: recomputed in the slow suite only.
-_SLOW_ROWS = {r.id for r in _ROWS if r.reproduce.startswith("kernel:matmul")}
+_SLOW_ROWS = {r.id for r in _ROWS if r.reproduce.startswith(("kernel:matmul", "kernel:trn2_matmul"))
+              or r.id == "cs149_vector_add_tiled_row_chunk_1"}
 
 
 @pytest.mark.parametrize("row_id", [pytest.param(r.id, marks=pytest.mark.slow) if r.id in _SLOW_ROWS else r.id
@@ -134,7 +136,11 @@ def test_the_stored_modeled_value_is_what_the_model_gives_today(row_id: str, ben
     """Fails when a model change moves a calibration row without re-running the benchmark (--write)."""
     row = next(r for r in _ROWS if r.id == row_id)
     assert row.modeled is not None
-    assert bench_calibration.reproduce(row) == pytest.approx(row.modeled, rel=1e-6, abs=2e-3)
+    try:
+        modeled = bench_calibration.reproduce(row)
+    except bench_calibration.cs149.Cs149Unavailable as exc:  # its kernels are not shipped (no licence)
+        pytest.skip(str(exc))
+    assert modeled == pytest.approx(row.modeled, rel=1e-6, abs=2e-3)
 
 
 # -- kernel model ------------------------------------------------------------------------------------------
@@ -492,3 +498,77 @@ def test_kernel_saving_uses_the_kernel_model_not_the_roofline() -> None:
     assert by_model[0].kernels[0]["kernel_time"] == "kernel model"
     assert roofline_factor("matmul_kernel", "trn2") > 1.0
     assert model_saving < roof_saving
+
+
+# -- collectives: ring steps, ranks per instance ---------------------------------------------------------------
+def _allgather(ranks: int, nbytes: int, chip: str = "trn2", **kw) -> float:
+    e = ev(1, "c10d::allgather_", ins=((nbytes // 4,),), transfer_bytes=nbytes)
+    return float(model_run([e], chip=chip, world_size=ranks, **kw).ops["duration_ns"][0])
+
+
+def test_an_intra_instance_collective_pays_one_hop_latency_per_ring_step() -> None:
+    """intranode-collective-comm.rst: Ring's latency is O(N) hops of ~1-2 µs; N-1 steps for an all-gather."""
+    spec = chip_spec("trn2")
+    small = {n: _allgather(n, 1024, local_world_size=n) for n in (8, 64)}
+    for n, t in small.items():
+        link = (n - 1) / n * 1024 / spec.collective_bus_bandwidth_bytes_per_s * 1e9
+        assert t == pytest.approx(spec.collective_latency_ns + (n - 1) * spec.collective_hop_latency_ns + link)
+    assert small[64] / small[8] > 5  # published: 101 µs vs 10 µs (nccom-test.rst)
+
+
+def test_ranks_default_to_what_one_instance_holds() -> None:
+    """64 trn1 ranks are two trn1.32xlarge (32 NeuronCores each), never one 64-rank trn1 instance."""
+    assert chip_spec("trn1").logical_cores_per_instance() == 32
+    assert chip_spec("trn2").logical_cores_per_instance() == 64  # 16 chips x 4 logical cores at LNC=2
+    e = ev(1, "c10d::allreduce_", ins=((1 << 20,),), transfer_bytes=4 << 20)
+    default = model_run([e], chip="trn1", world_size=64).ops["duration_ns"][0]
+    two = model_run([e], chip="trn1", world_size=64, local_world_size=32).ops["duration_ns"][0]
+    one = model_run([e], chip="trn1", world_size=64, local_world_size=64).ops["duration_ns"][0]
+    assert default == two != one
+    assert model_run([e], chip="trn2", world_size=64).ops["duration_ns"][0] == \
+        model_run([e], chip="trn2", world_size=64, local_world_size=64).ops["duration_ns"][0]
+
+
+def test_trn2_has_published_rows_of_its_own_and_trn3_is_spec_derived_with_ranges() -> None:
+    rows = [r for r in load_calibration() if r.chip == "trn2" and r.in_fit]
+    kinds = {r.kind for r in rows}
+    assert {"kernel", "dma", "collective"} <= kinds and len(rows) >= 15
+    assert all(r.hardware_basis in ("stated", "inferred") for r in rows)
+    assert any(r.hardware_basis == "inferred" for r in rows if r.kind == "collective")
+    trn3 = chip_spec("trn3")
+    for fig in ("dge_instruction_ns", "dma_descriptor_overhead_ns", "collective_hop_latency_ns"):
+        lo, hi = trn3.ranges[fig]
+        assert lo <= getattr(trn3, fig) <= hi and "[assumed]" in trn3.sources[fig]
+
+
+@JitKernel
+def _transposes(a):
+    """[128, 128] bf16: HBM->SBUF DMA transpose, SBUF->SBUF DMA transpose, and a plain copy of the same bytes."""
+    t = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=t, src=a)
+    u = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_transpose(dst=u, src=t)
+    c = nl.ndarray((128, 128), dtype=a.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=c, src=a)
+    out = nl.ndarray((128, 256), dtype=a.dtype, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=out[:, 0:128], src=t)
+    nisa.dma_copy(dst=out[:, 128:256], src=u)
+    return out
+
+
+def test_dma_transposes_run_at_the_documented_fraction_of_the_dma_rate() -> None:
+    """trainium2_arch.rst: DMA transpose up to 90% of DMA throughput from HBM, 50% SBUF->SBUF."""
+    from neuron_studio.kernels.cost import dma_shape
+
+    a = np.arange(128 * 128, dtype=np.float32).reshape(128, 128)
+    out, trace = _transposes.run(a, chip="trn2")
+    np.testing.assert_array_equal(out[:, :128], a.T)
+    np.testing.assert_array_equal(out[:, 128:], a)
+    spec = chip_spec("trn2")
+    hbm_t, sbuf_t, copy = (dma_shape(i.bytes, i.partitions, i.descriptors, spec, i.opcode) for i in trace[:3])
+    o = spec.dma_descriptor_overhead_ns
+    assert [i.opcode for i in trace[:3]] == ["dma_transpose.hbm", "dma_transpose.sbuf", "dma_copy"]
+    assert (hbm_t.engine_ns - o) == pytest.approx((copy.engine_ns - o) / 0.9)
+    assert sbuf_t.engine_ns - 8 * o == pytest.approx((copy.engine_ns - o) / 0.5)  # 8 SBUF row runs per engine
+    with pytest.raises(NkiRuleError, match="Trainium2"):
+        _transposes.run(a, chip="trn1")

@@ -385,7 +385,8 @@ def test_more_bytes_never_faster(name, a, b, dt, chip) -> None:
 
 def test_collectives_are_charged_per_rank_with_ring_factors_and_published_latency():
     """An all-reduce of B bytes over n ranks puts 2(n-1)/n x B on each rank's link at the chip's per-rank bus
-    bandwidth, plus the published latency; across instances the inter-node figures apply."""
+    bandwidth, plus the fixed latency and one hop latency per ring step (2(n-1) for an all-reduce); across
+    instances the inter-node figures apply."""
     import dataclasses
 
     nbytes = 64 * 2**20
@@ -397,7 +398,8 @@ def test_collectives_are_charged_per_rank_with_ring_factors_and_published_latenc
         run = model_run([coll], chip="trn2", mode="eager", world_size=world)
         dur = float(run.ops["duration_ns"][0])
         assert run.ops["engine"][0] == "dma" and run.ops["bound"][0] == "memory"
-        assert dur == pytest.approx(nbytes * factor / bw * 1e9 + lat, rel=1e-9)
+        hops = 2 * (world - 1) * spec.collective_hop_latency_ns
+        assert dur == pytest.approx(nbytes * factor / bw * 1e9 + lat + hops, rel=1e-9)
     single = model_run([coll], chip="trn2", mode="eager", world_size=1)
     assert float(single.ops["duration_ns"][0]) == pytest.approx(lat)  # one rank: no traffic
     two_nodes = model_run([coll], chip="trn2", mode="eager", world_size=16, local_world_size=8)

@@ -23,8 +23,8 @@ from .state import current, kernel_frame, kernel_line
 from .tensor import HBM_BUFFERS, NkiTensor, describe
 from .trace import Instruction
 
-__all__ = ["engine", "dma_copy", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar", "activation",
-           "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record"]
+__all__ = ["engine", "dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
+           "activation", "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record"]
 
 class engine(enum.Enum):
     """Engine selector accepted by instructions that can run on several engines."""
@@ -83,7 +83,10 @@ def _dma_geometry(dst: NkiTensor, src: NkiTensor) -> tuple[tuple[int, int], int]
     on_chip = dst if dst.buffer not in HBM_BUFFERS else (src if src.buffer not in HBM_BUFFERS else None)
     off_chip = src if src.buffer in HBM_BUFFERS else (dst if dst.buffer in HBM_BUFFERS else src)
     parts = partition_range(on_chip) if on_chip is not None else (0, int(current().spec.partition_max))
-    return parts, max(1, contiguous_runs(off_chip))
+    runs = contiguous_runs(off_chip)
+    if off_chip.buffer not in HBM_BUFFERS:  # SBUF->SBUF: a run never crosses a partition
+        runs = max(runs, partition_range(off_chip)[1])
+    return parts, max(1, runs)
 
 
 def _on_chip(*tensors: NkiTensor) -> None:
@@ -194,6 +197,30 @@ def dma_copy(dst: NkiTensor, src: NkiTensor, mask: Any = None, transpose: bool =
     dst.write(value, src.dtype, mask=mask)
     n = src.data.size if mask is None else int(align_mask(mask, dst.shape).sum())
     record("dma", "dma_copy", (dst, src), src.dtype, n, 0, n * _dt.itemsize(src.dtype))
+
+
+_DMA_TRANSPOSE_AXES = {2: (1, 0), 3: (2, 1, 0), 4: (3, 1, 2, 0)}
+
+
+def dma_transpose(dst: NkiTensor, src: NkiTensor, axes: Any = None, **_: Any) -> None:
+    """Transpose on the DMA engines (Trainium2+): HBM->SBUF or SBUF->SBUF; permutation [1, 0] for 2-d tiles,
+    [2, 1, 0] for 3-d, [3, 1, 2, 0] for 4-d (nki.isa.dma_transpose), or `axes`. Modeled at the documented
+    fraction of the DMA rate (90% from HBM, 50% SBUF->SBUF on Trn2)."""
+    if dst.buffer != "sbuf" or (src.buffer != "sbuf" and src.buffer not in HBM_BUFFERS):
+        _fail("dma_buffers", f"dma_transpose writes SBUF from HBM or SBUF, got {src.buffer} -> {dst.buffer}", dst)
+    if current().chip == "trn1":
+        _fail("dma_transpose_chip", "DMA transpose needs Trainium2 or later (trainium2_arch.rst)", src)
+    perm = tuple(axes) if axes is not None else _DMA_TRANSPOSE_AXES.get(src.ndim)
+    if perm is None:
+        _fail("shape_mismatch", f"dma_transpose takes 2-4 d tiles, got {src.ndim}-d", src)
+    value = np.transpose(src.read(), perm)
+    if value.shape != dst.shape:
+        _fail("shape_mismatch", f"dma_transpose of {list(src.shape)} is {list(value.shape)}, dst is "
+              f"{list(dst.shape)}", dst)
+    dst.write(value, src.dtype)
+    n = src.data.size
+    kind = "sbuf" if src.buffer == "sbuf" else "hbm"
+    record("dma", f"dma_transpose.{kind}", (dst, src), src.dtype, n, 0, n * _dt.itemsize(src.dtype))
 
 
 # -- Tensor engine ------------------------------------------------------------------------------------------
