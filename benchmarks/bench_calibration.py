@@ -43,7 +43,7 @@ from neuron_studio.kernels import kernel_time  # noqa: E402
 from neuron_studio.kernels.interpreter import isa as _isa  # noqa: E402
 from neuron_studio.profiler.model import model_run  # noqa: E402
 from neuron_studio.profiler.model.calibration import (  # noqa: E402
-    CalibrationRow, calibration_summary, geomean_error, load_calibration, write_modeled,
+    CalibrationRow, calibration_summary_or_none, geomean_error, load_calibration, write_modeled,
 )
 
 
@@ -351,7 +351,9 @@ def main() -> None:
     if args.write:
         write_modeled({row.id: modeled for row, modeled, _ in out})
         for chip in sorted({row.chip for row, _, _ in out}):
-            print(f"stored; what a {chip} profile states: {calibration_summary(chip).text}")
+            cal = calibration_summary_or_none(chip)
+            print(f"stored; what a {chip} profile states: " + (cal.text if cal else "nothing yet (rows without a "
+                                                                "stored value: run --write on them)"))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ A kernel runs on ONE PHYSICAL NeuronCore (`ChipSpec.core(lnc=1)`; the interprete
 """
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -161,49 +162,85 @@ def instruction_ns(engine: str, dtype: str, elements: int, flops: int, nbytes: i
     return (passes * elements / per_cycle + static) / clock
 
 
+class _Written:
+    """The write entries [span, write end, last read end] of one allocation, sorted by first byte, so a lookup
+    only visits entries that can overlap (a kernel storing 25,600 slices of one output stays linear)."""
+
+    __slots__ = ("los", "entries", "reach")
+
+    def __init__(self) -> None:
+        self.los: list[int] = []
+        self.entries: list[list] = []
+        self.reach = 0  # the longest extent (end - lo) of any entry: how far back an overlap can start
+
+    def near(self, sp: Span) -> range:
+        """Indices of the entries whose first byte lies where an entry overlapping `sp` must start."""
+        return range(bisect.bisect_left(self.los, sp.lo - self.reach), bisect.bisect_left(self.los, sp.end))
+
+    def add(self, sp: Span, done: float) -> None:
+        idx = self.near(sp)
+        keep = [i for i in idx if not sp.covers(self.entries[i][0])]  # a covered entry is superseded
+        if len(keep) != len(idx):
+            self.los[idx.start:idx.stop] = [self.los[i] for i in keep]
+            self.entries[idx.start:idx.stop] = [self.entries[i] for i in keep]
+        i = bisect.bisect_right(self.los, sp.lo)
+        self.los.insert(i, sp.lo)
+        self.entries.insert(i, [sp, done, 0.0])
+        self.reach = max(self.reach, sp.end - sp.lo)
+
+
 class _Hazards:
     """Per-allocation byte spans with the end of their last write and last read (see `Span`)."""
 
     def __init__(self) -> None:
-        self.written: dict[int, list[list]] = defaultdict(list)  # buffer -> [[span, write end, last read end]]
+        self.written: dict[int, _Written] = {}
         self.read_only: dict[int, float] = {}  # buffer -> last read of bytes no recorded write covers
 
     def earliest(self, reads: tuple[Span, ...], writes: tuple[Span, ...]) -> float:
         t = 0.0
-        written = self.written
         for r in reads:
-            for sp, w_end, _ in written.get(r.buffer, ()):
-                if w_end > t and sp.overlaps(r):
-                    t = w_end
-        for w in writes:
-            for sp, w_end, r_end in written.get(w.buffer, ()):
-                last = w_end if w_end > r_end else r_end
-                if last > t and sp.overlaps(w):
-                    t = last
-            t = max(t, self.read_only.get(w.buffer, 0.0))
+            w = self.written.get(r.buffer)
+            if w is not None:
+                for i in w.near(r):
+                    sp, w_end, _ = w.entries[i]
+                    if w_end > t and sp.overlaps(r):
+                        t = w_end
+        for x in writes:
+            w = self.written.get(x.buffer)
+            if w is not None:
+                for i in w.near(x):
+                    sp, w_end, r_end = w.entries[i]
+                    last = w_end if w_end > r_end else r_end
+                    if last > t and sp.overlaps(x):
+                        t = last
+            t = max(t, self.read_only.get(x.buffer, 0.0))
         return t
 
     def commit(self, reads: tuple[Span, ...], writes: tuple[Span, ...], done: float) -> None:
         for r in reads:
             hit = False
-            for e in self.written.get(r.buffer, ()):
-                if e[0].overlaps(r):
-                    hit = True
-                    if e[2] < done:
-                        e[2] = done
+            w = self.written.get(r.buffer)
+            if w is not None:
+                for i in w.near(r):
+                    e = w.entries[i]
+                    if e[0].overlaps(r):
+                        hit = True
+                        if e[2] < done:
+                            e[2] = done
             if not hit and self.read_only.get(r.buffer, 0.0) < done:
                 self.read_only[r.buffer] = done
-        for w in writes:
-            entries = self.written[w.buffer]
-            entries[:] = [e for e in entries if not w.covers(e[0])]
-            entries.append([w, done, 0.0])
+        for x in writes:
+            w = self.written.get(x.buffer)
+            if w is None:
+                w = self.written[x.buffer] = _Written()
+            w.add(x, done)
 
 
 class _KernelSchedule:
     """Engines of one physical NeuronCore: in-order compute engines, DMA engines that take the first free gap,
     the descriptor generator (NC-v3/v4), and the byte-span hazards between instructions."""
 
-    GAPS_KEPT = 256  # busy intervals per DMA engine searched for a free gap (older gaps count as busy)
+    GAPS_KEPT = 32  # busy intervals per DMA engine / generator searched for a free gap (older gaps count as busy)
 
     def __init__(self, spec: ChipSpec) -> None:
         self.free: dict[str, float] = defaultdict(float)
@@ -229,6 +266,7 @@ class _KernelSchedule:
         ready = self.hazards.earliest(ins.read_spans, ins.write_spans)
         if self.dge_ns:
             ready = self.dge.reserve(ready, self.dge_ns) + self.dge_ns
+            self.dge.forget_gaps_before(self.GAPS_KEPT)
         done = self._book(shape, ready) + self.latency
         self.hazards.commit(ins.read_spans, ins.write_spans, done)
         self.end = max(self.end, done)

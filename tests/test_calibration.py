@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -47,8 +48,9 @@ def test_calibration_rows_name_their_source_and_cover_the_published_figures() ->
                        ("nccom_allreduce_2r_64MiB", 1214), ("nccom_allreduce_2r_1GiB", 18930),
                        ("nccom_allreduce_64r2n_1GiB", 41806), ("bert_large_ph1_step", 133800)):
         assert rows[rid].value == value
-    for r in rows.values():
-        assert "aws-neuron/aws-neuron-sdk:" in r.source and r.hardware and r.chip in ("trn1", "trn2", "trn3")
+    for r in rows.values():  # owner/repo:path @commit, the hardware and whether the source states it
+        assert re.match(r"[\w-]+/[\w.-]+:\S+ @[0-9a-f]{7,}", r.source), r.source
+        assert r.hardware and r.chip in ("trn1", "trn2", "trn3") and r.hardware_basis in ("stated", "inferred")
         assert r.in_fit or r.not_matched
 
 

@@ -209,7 +209,7 @@ def test_sample_kernel_matches_reference(entry, load):
 @pytest.mark.parametrize("entry", [pytest.param(e, id=_id(e)) for e in REJECTED])
 def test_sample_is_rejected_with_its_listed_reason(entry, load):
     err_type = {"NotImplementedError": NotImplementedError, "ModuleNotFoundError": ModuleNotFoundError,
-                "TypeError": TypeError}[entry["error"]]
+                "TypeError": TypeError, "ValueError": ValueError}[entry["error"]]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with pytest.raises(err_type) as info:
