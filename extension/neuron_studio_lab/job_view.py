@@ -172,8 +172,7 @@ def job_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int
 
     lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
     store, record = core._get_record(root_dir, notebook_path, run_id)
-    key_path = store.table_path(record.id, "job_ranks")
-    jt: JobTables = _cached(cache, key_path, JOB_KIND, lambda: _load_tables(store, record.id))
+    jt = _job_tables(store, record.id, cache)
     ranks = jt.ranks["rank"].astype(int).tolist()
     expanded = _parse_expand(expand, ranks)
     width_px = DEFAULT_WIDTH_PX if width_px is None else width_px
@@ -236,8 +235,7 @@ def job_op(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, se
 
     store, record = core._get_record(root_dir, notebook_path, run_id)
     position, own = divmod(int(seq), SEQ_STRIDE)
-    jt: JobTables = _cached(cache, store.table_path(record.id, "job_ranks"), JOB_KIND,
-                            lambda: _load_tables(store, record.id))
+    jt = _job_tables(store, record.id, cache)
     hit = jt.ranks[jt.ranks["position"] == position]
     if not len(hit):
         raise core.NotFound(f"run {record.id} has no rank stored at position {position}")
@@ -260,3 +258,10 @@ def _cached(cache: RunOpsCache | None, path: Path, kind: str, load: Any) -> Any:
         return load() if cache is None else cache.get(path, load, kind=kind)
     except FileNotFoundError:
         raise core.NotFound(f"{path.name}: not stored") from None
+
+
+def _job_tables(store: Any, run_id: int, cache: RunOpsCache | None) -> JobTables:
+    if not is_job_run(store, run_id):
+        raise core.NotFound(f"run {run_id} is not a many-rank job (no job timeline stored; `neuron-studio import "
+                            "DIR` and multi-rank `neuron-studio run` jobs store one)")
+    return _cached(cache, store.table_path(run_id, "job_ranks"), JOB_KIND, lambda: _load_tables(store, run_id))
