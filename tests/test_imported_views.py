@@ -109,6 +109,9 @@ def test_cpu_only_gloo_trace_has_a_measured_host_breakdown_and_no_gpu_step():
     assert s["gpu"] is None and s["step_time_ns"] is None
     assert any("CPU-only" in w for w in s["warnings"])
     assert s["op_table"][0]["op"] == "gloo:all_reduce" and s["op_table_basis"] == "measured host time"
+    from neuron_studio.ui.html import render_html
+
+    assert "step time (measured host time)" in render_html(s)        # the headline is the measured step
 
 
 # -- backward phase -----------------------------------------------------------------------------------------

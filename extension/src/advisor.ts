@@ -146,7 +146,7 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
       ...[isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—', fmtPct(r.mfu), fmtUsd(r.cost_per_1000_steps_usd)].map(c =>
         el('td', { class: 'ns-Num', text: c })
       ),
-      el('td', {}, el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })),
+      el('td', { class: 'ns-Known' }, el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })),
       runButtons(r, w.cell, actions)
     );
     figures.querySelector('td.ns-RunButtons')?.setAttribute('rowspan', '2');

@@ -152,7 +152,12 @@ def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
     if modeled and _step_range(s) and drivers:   # the run's own range, and what drives it, beside the figure
         label += "; range from " + "; ".join(str(v) for v in drivers.values())
     tag = " (modeled)" if modeled else ""
-    return [
+    bd = s.get("breakdown") if isinstance(s.get("breakdown"), dict) else {}
+    # an imported trace the model could not size (no shapes): its measured step, said so, not a modeled "—"
+    measured_step = ([(f"step time ({bd['basis']})", fmt_ns(bd.get("step_time_ns")))]
+                     if s.get("step_time_ns") is None and bd.get("step_time_ns") is not None
+                     and str(bd.get("basis", "")).startswith("measured") else [])
+    return measured_step + [
         (label, fmt_ns(s.get("step_time_ns")) + (_step_range(s) if modeled else "")),
         ("host time/step (measured)", fmt_ns(s.get("host_time_ns"))),
         (f"MFU{tag}", fmt_pct(s.get("mfu"))), (f"MBU{tag}", fmt_pct(s.get("mbu"))),
