@@ -47,8 +47,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.timebase import rebase_ns, us_to_ns
 from neuron_studio.profiler.trace import HOST_COLUMNS
 
 __all__ = [
@@ -349,6 +351,37 @@ def _host_frame(prof: Any, t_wall0: int) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _host_from_chrome_trace(path: Path) -> pd.DataFrame | None:
+    """Host events of the April profiler's `pytorch_trace.json` (torch's Chrome trace: complete "X" events of the
+    `cpu_op` / `user_annotation` categories, `ts`/`dur` in us), rebased on the first event in integer ns. None when
+    the file is missing or unreadable (host time is then "not captured")."""
+    import json
+
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    evs = [e for e in (doc.get("traceEvents") if isinstance(doc, dict) else None) or []
+           if isinstance(e, dict) and e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation")
+           and isinstance(e.get("ts"), (int, float)) and isinstance(e.get("dur"), (int, float))]
+    if not evs:
+        return None
+    start, _ = rebase_ns(us_to_ns(np.asarray([float(e["ts"]) for e in evs])))   # epoch us: exact in integers
+    dur = us_to_ns(np.asarray([float(e["dur"]) for e in evs]))
+    rows: dict[str, list] = {k: [] for k in HOST_COLUMNS}
+    for i, e in enumerate(evs):
+        rows["name"].append(str(e.get("name", "")))
+        rows["category"].append(str(e["cat"]))
+        tid = e.get("tid")
+        rows["thread"].append(int(tid) if isinstance(tid, int) else 0)
+        rows["start_ns"].append(int(start[i]))
+        rows["dur_ns"].append(int(dur[i]))
+        rows["input_shapes"].append(None)
+        rows["flops"].append(0.0)
+        rows["stack"].append(None)
+    return pd.DataFrame(rows)
+
+
 def _reset_peak_memory(torch: Any) -> int | None:
     """Reset TorchNeuron's peak counter before the profiled steps; the bytes live then (None: no such API)."""
     nx = getattr(torch, "neuron", None)
@@ -431,9 +464,12 @@ class _Profiler:
     def host(self, t_wall0: int) -> pd.DataFrame | None:
         if self.torch_prof is not None:
             return _host_frame(self.torch_prof, t_wall0)
-        self.notes.append("host time not captured: the April NeuronProfiler keeps its torch.profiler private (its "
-                          "CPU trace is pytorch_trace.json in the output directory)")
-        return None
+        trace = getattr(self._ctx, "pytorch_trace_file", None)     # the April profiler's exported CPU trace
+        host = _host_from_chrome_trace(Path(trace)) if trace else None
+        if host is None:
+            self.notes.append(f"host time not captured: no readable PyTorch trace from the April NeuronProfiler "
+                              f"({trace or 'no pytorch_trace_file'})")
+        return host
 
 
 def _neff_cache_dir(opts: NeuronCaptureOptions, notes: list[str]) -> NeuronCaptureOptions:

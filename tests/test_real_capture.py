@@ -119,6 +119,7 @@ print(json.dumps({
     "root_files": sorted(p.name for p in out_root.iterdir()),
     "cell_file": prof.trace.meta.get("cell", {}).get("source", "")[:20],
     "loss": float(ip.user_ns["loss"]),
+    "host_label": prof.trace.meta["figures"]["host_time"], "host_ns": s["host_time_ns"],
 }))
 """
 
@@ -145,6 +146,8 @@ def _plain_cpu_loss() -> float:
 def test_magic_detects_the_api_generation_and_measures_on_the_device(magic_run: dict) -> None:
     assert magic_run["api"] == magic_run["param"]
     assert magic_run["backend"] == "real" and magic_run["modeled"] is False
+    # host time measured in both generations (the April profiler's own pytorch_trace.json)
+    assert magic_run["host_label"] == "measured" and magic_run["host_ns"] > 0
     # the studio's op log and the capture do not change what the step computes
     assert magic_run["loss"] == pytest.approx(_plain_cpu_loss(), rel=0, abs=0)
     # eager: one NTFF for the whole session, the variable set only for the capture
@@ -287,6 +290,22 @@ def test_inspect_enable_is_refused_and_session_mode_is_set_then_restored(monkeyp
     monkeypatch.setenv("NEURON_RT_INSPECT_DEVICE_PROFILE", "model")
     with capture_environment("eager") as env:
         assert os.environ["NEURON_RT_INSPECT_DEVICE_PROFILE"] == "model" and "kept" in env.notes[0]
+
+
+def test_april_host_events_come_from_its_chrome_trace(tmp_path: Path) -> None:
+    from neuron_studio.profiler.real_capture import _host_from_chrome_trace
+
+    p = tmp_path / "pytorch_trace.json"
+    p.write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1_700_000_000_000_000.5, "dur": 3.25, "tid": 7},
+        {"ph": "X", "cat": "user_annotation", "name": "step", "ts": 1_700_000_000_000_000.0, "dur": 10.0, "tid": 7},
+        {"ph": "X", "cat": "kernel", "name": "not host", "ts": 0, "dur": 1},
+        {"ph": "i", "cat": "cpu_op", "name": "instant", "ts": 5}]}))
+    h = _host_from_chrome_trace(p)
+    assert h["name"].tolist() == ["aten::mm", "step"] and h["start_ns"].tolist() == [500, 0]
+    assert h["dur_ns"].tolist() == [3250, 10_000] and h["thread"].tolist() == [7, 7]
+    p.write_text("{not json")
+    assert _host_from_chrome_trace(p) is None and _host_from_chrome_trace(tmp_path / "missing.json") is None
 
 
 def test_profiler_api_generation_is_detected_from_what_is_exported() -> None:
