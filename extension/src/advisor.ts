@@ -81,7 +81,16 @@ export function insertControls(
 
 /** A row's command, on one line (scrolls sideways when longer than the table is wide), or null. */
 function runLine(r: IWhatIfRow): HTMLElement | null {
-  return r.run ? el('div', { class: 'ns-RunLine' }, el('code', { text: r.run, title: r.cell ?? r.run })) : null;
+  if (!r.run) {
+    return null;
+  }
+  return el(
+    'div',
+    { class: 'ns-RunLine' },
+    el('code', { text: r.run, title: r.cell ?? r.run }),
+    r.where && !r.current ? el('span', { class: 'ns-Muted', text: ` ${r.where}` }) : null,
+    r.why_not && r.kind === 'mode' ? el('div', { class: 'ns-Muted', text: `not advised: ${r.why_not}` }) : null
+  );
 }
 
 /** A row's buttons, in their own column: Copy, then Insert & run / Insert (or why there are none). */
@@ -122,11 +131,14 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
   if (!w.rows?.length) {
     return el('div', { class: 'ns-WhatIf' }, el('div', { class: 'ns-Muted', text: w.note ?? 'No variants.' }));
   }
+  // the profile's own row, then the advice in the advisor's ranking, then the other rows by step time
+  const rank = (r: IWhatIfRow) => (isNum(r.rank) ? r.rank : Infinity);
   const rows = [...w.rows].sort(
-    (a, b) => Number(b.current) - Number(a.current) || (a.step_time_ns ?? Infinity) - (b.step_time_ns ?? Infinity)
+    (a, b) => Number(b.current) - Number(a.current) || rank(a) - rank(b) ||
+      (a.step_time_ns ?? Infinity) - (b.step_time_ns ?? Infinity)
   );
   // the variant's name says its mode and chip ("adaptive on trn2"); the row carries them as data attributes
-  const headers = ['Variant', 'Step time', 'Range', 'Speedup', 'MFU', 'Cost / 1k steps', 'How it is known'];
+  const headers = ['Variant', 'Step time', 'Range', 'Speedup', 'MFU', 'Cost / 1M steps', 'How it is known'];
   // two rows per variant: its figures, then the command that runs it on a line of its own under them; the
   // buttons (Copy, Insert & run, Insert) span both rows in the last column
   const body: HTMLElement[] = [];
@@ -143,7 +155,7 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
           ? `${fmtNs(r.step_time_low_ns).replace(' ', '\u00a0')} – ${fmtNs(r.step_time_high_ns).replace(' ', '\u00a0')}`
           : '—'
       }),
-      ...[isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—', fmtPct(r.mfu), fmtUsd(r.cost_per_1000_steps_usd)].map(c =>
+      ...[isNum(r.speedup) ? `${r.speedup.toFixed(2)}×` : '—', fmtPct(r.mfu), fmtUsd(r.cost_per_1m_steps_usd ?? (isNum(r.cost_per_1000_steps_usd) ? r.cost_per_1000_steps_usd * 1000 : null))].map(c =>
         el('td', { class: 'ns-Num', text: c })
       ),
       el('td', { class: 'ns-Known' }, el('span', { class: 'ns-Muted ns-Basis', text: basisLabel(r.basis), title: r.basis })),

@@ -60,8 +60,19 @@ export function fmtPct(x: number | null | undefined, digits = 1): string {
   return isNum(x) ? `${(x * 100).toFixed(digits)}%` : '—';
 }
 
+/** Dollars to 3 significant digits in plain decimals ($0.0608, $2.40, $1,230), as the summary's own text
+ * (profiler.summary_numbers.usd_text): never "$0.0000", never an exponent. */
 export function fmtUsd(x: number | null | undefined): string {
-  return isNum(x) ? `$${x.toFixed(x < 1 ? 4 : 2)}` : '—';
+  if (!isNum(x)) {
+    return '—';
+  }
+  if (x === 0) {
+    return '$0';
+  }
+  const r = Number(Math.abs(x).toPrecision(3));
+  const decimals = Math.max(0, 2 - Math.floor(Math.log10(r)));
+  const text = r.toLocaleString('en-US', { minimumFractionDigits: decimals, maximumFractionDigits: decimals });
+  return `${x < 0 ? '-' : ''}$${text}`;
 }
 
 /** A count that may be a per-step average (1 decimal when fractional). */

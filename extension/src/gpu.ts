@@ -97,8 +97,8 @@ export function vsTrainiumSection(v: IGpuVsTrainium): HTMLElement {
       metric(`${gpu} step (measured)`, fmtNs(v.gpu_step_ns)),
       metric(`${kind} busy/step (measured)`, fmtNs(v.gpu_busy_ns)),
       metric(`${v.chip} step (modeled)`, v.trainium_step_ns === null ? 'not modeled' : fmtNs(v.trainium_step_ns)),
-      metric(`${kind} / 1k steps`, fmtUsd(v.gpu_per_1000_steps_usd)),
-      metric(`${v.chip} / 1k steps (modeled)`, fmtUsd(v.trainium_per_1000_steps_usd))
+      metric(`${kind} / 1M steps`, fmtUsd(v.gpu_per_1m_steps_usd)),
+      metric(`${v.chip} / 1M steps (modeled)`, fmtUsd(v.trainium_per_1m_steps_usd))
     ),
     table(
       ['Op', 'Calls/step', `${gpu} /step`, `${v.chip} /step (modeled)`, 'Ratio', 'Shapes', 'Port'],

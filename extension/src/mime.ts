@@ -160,9 +160,40 @@ export function kernelLink(kernel: IKernelRef, actions: IProfileViewActions): HT
   );
 }
 
+/** Per million steps from a stored summary that has only the per-1,000 figure. */
+function perMillion(x: number | null | undefined): number | null {
+  return isNum(x) ? x * 1000 : null;
+}
+
+/** A hot op's fix: the PyTorch change that rewrites it first (with its predicted speedup), then its NKI kernel with
+ * the modeled saving against the time it replaces (or "saving not modeled"). */
+function hotFix(op: IHotOp, actions: IProfileViewActions): HTMLElement | string {
+  const change = (op as unknown as { change?: { variant?: string; speedup?: number | null } }).change;
+  const k = op.kernel as (IKernelRef & { replaces_ns?: number | null; modeled?: boolean }) | null | undefined;
+  if (!change?.variant && !k) {
+    return '—';
+  }
+  const parts: Child[] = [];
+  if (change?.variant) {
+    parts.push(el('div', { class: 'ns-HotChange', text: `first: ${change.variant}${isNum(change.speedup) ? `, ${change.speedup.toFixed(1)}×` : ''} (What if)` }));
+  }
+  if (k) {
+    const scope = String(k.scope ?? 'op');
+    const note = k.kind !== 'candidate'
+      ? ''
+      : k.modeled === false || !isNum(k.saving_ns)
+        ? 'saving not modeled'
+        : `saves ~${fmtNs(k.saving_ns)}/step` + (isNum(k.replaces_ns)
+          ? ` of ${scope.startsWith('module') ? `the module's ${fmtNs(k.replaces_ns)} (${scope})` : `this op's ${fmtNs(k.replaces_ns)}`}`
+          : '') + ' (modeled)';
+    parts.push(el('div', {}, kernelLink(k, actions), note ? el('span', { class: 'ns-Muted', text: ` ${note}` }) : null));
+  }
+  return el('span', { class: 'ns-HotFix' }, ...parts);
+}
+
 export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
   return table(
-    ['Op', 'Module', 'Source', 'Device time/step', 'Share', 'Bound', 'Kernel (saves/step)'],
+    ['Op', 'Module', 'Source', 'Device time/step (modeled)', 'Share', 'Bound', 'Change / NKI kernel'],
     ops.map(op => [
       el('span', { text: String(op.op), title: op.why ? String(op.why) : '' }),
       String(op.module ?? ''),
@@ -170,7 +201,7 @@ export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTa
       fmtNs(op.device_ns),
       fmtPct(op.share),
       el('span', { class: `ns-Bound ns-Bound-${String(op.bound)}`, text: String(op.bound ?? '') }),
-      op.kernel ? kernelLink(op.kernel, actions) : '—'
+      hotFix(op, actions)
     ]),
     'ns-HotOps'
   );
@@ -262,7 +293,8 @@ function header(p: IProfilePayload): HTMLElement {
     p.modeled
       ? el('span', {
           class: 'ns-Tag ns-Modeled',
-          text: p.calibration?.text ? `modeled (${p.calibration.text})` : 'modeled'
+          text: 'modeled',
+          title: `device figures come from the performance model, not a measurement. ${p.calibration_note ?? p.calibration?.text ?? ''}`.trim()
         })
       : null,
     p.status && p.status !== 'ok'
@@ -321,14 +353,14 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
             : '')
         : stepRange(p)
     ),
-    metric('MFU', fmtPct(p.mfu)),
+    metric(p.modeled ? 'MFU (modeled)' : 'MFU', fmtPct(p.mfu)),
     metric('MBU', fmtPct(p.mbu)),
     isNum(p.host_time_ns) ? metric('host time', fmtNs(p.host_time_ns)) : null,
     isNum(p.launches) ? metric('launches/step', fmtCount(p.launches)) : null,
     isNum(p.steps) ? metric('steps', String(p.steps)) : null,
     p.memory ? metric('peak memory', fmtBytes(p.memory.peak_bytes), p.memory.forecast?.summary_line) : null
   );
-  const engines = el('div', { class: 'ns-Engines' }, el('h4', { text: 'Engine utilization' }));
+  const engines = el('div', { class: 'ns-Engines' }, el('h4', { text: p.modeled ? 'Engine utilization (modeled)' : 'Engine utilization' }));
   const byName = new Map((p.engines ?? []).map(e => [e.engine, e]));
   const names = [...ENGINES, ...[...byName.keys()].filter(n => !(ENGINES as readonly string[]).includes(n))];
   for (const name of names) {
@@ -341,12 +373,12 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     ? el(
         'div',
         { class: 'ns-Cost' },
-        el('h4', { text: `Cost per 1,000 steps${p.cost.modeled === false ? '' : ' (modeled)'}` }),
+        el('h4', { text: `Cost per 1M steps${p.cost.modeled === false ? '' : ' (modeled)'}` }),
         el('div', {
-          text: `${p.cost.chip}: ${fmtUsd(p.cost.per_1000_steps_usd)} at ${fmtUsd(p.cost.price_per_hour_usd)}/h`
+          text: `${p.cost.chip}: ${fmtUsd(p.cost.per_1m_steps_usd ?? perMillion(p.cost.per_1000_steps_usd))} at ${fmtUsd(p.cost.price_per_hour_usd)}/h`
         }),
         el('div', {
-          text: `H100: ${fmtUsd(p.cost.h100_per_1000_steps_usd)} at ${fmtUsd(p.cost.h100_price_per_hour_usd)}/h`
+          text: `H100: ${fmtUsd(p.cost.h100_per_1m_steps_usd ?? perMillion(p.cost.h100_per_1000_steps_usd))} at ${fmtUsd(p.cost.h100_price_per_hour_usd)}/h`
         })
       )
     : null;

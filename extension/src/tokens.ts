@@ -98,6 +98,8 @@ export interface ICost {
   chip: string;
   per_step_usd?: number | null;
   per_1000_steps_usd: number | null;
+  per_1m_steps_usd?: number | null;
+  h100_per_1m_steps_usd?: number | null;
   h100_per_1000_steps_usd: number | null;
   price_per_hour_usd: number | null;
   h100_price_per_hour_usd: number | null;
@@ -178,6 +180,8 @@ export interface IProfilePayload {
   calibration_error?: number | null;
   /** The chip's own calibration: `text` is the statement a badge shows (per chip; "not validated ..." when none). */
   calibration?: ICalibration | null;
+  /** The calibration footnote: what it measures (the model against published measurements, not this run's range). */
+  calibration_note?: string | null;
   host_time_ns?: number | null;
   /** A measured profile's account of itself (null for modeled runs). */
   provenance?: IProvenance | null;
@@ -263,6 +267,14 @@ export interface IWhatIfRow {
   speedup: number | null;
   mfu: number | null;
   cost_per_1000_steps_usd: number | null;
+  cost_per_1m_steps_usd?: number | null;
+  /** code | mode | chip | kernel | profile: what the row changes. */
+  kind?: string;
+  /** The advisor's order (1 = do this first); null for rows that are not advice (`why_not` says why). */
+  rank?: number | null;
+  /** Where a code change's line goes ("where opt is built; then run the step again"). */
+  where?: string | null;
+  why_not?: string | null;
   current: boolean;
   basis: string;
   run: string | null;
@@ -361,6 +373,8 @@ export interface IGpuVsTrainium {
   gpu_busy_ns: number | null;
   trainium_step_ns: number | null;
   gpu_per_1000_steps_usd: number | null;
+  gpu_per_1m_steps_usd?: number | null;
+  trainium_per_1m_steps_usd?: number | null;
   trainium_per_1000_steps_usd: number | null;
   gpu_price_per_hour_usd: number | null;
   gpu_price_source: string;

@@ -138,7 +138,10 @@ def fmt_pct(x: float | None, digits: int = 1) -> str:
 
 
 def fmt_usd(x: float | None) -> str:
-    return "—" if x is None else f"${x:.{4 if x < 1 else 2}f}"
+    """As the summary's own dollar text (3 significant digits, plain decimals)."""
+    from neuron_studio.profiler.summary_numbers import usd_text
+
+    return "—" if x is None else usd_text(x)
 
 
 def fmt_signed(x: float | None, suffix: str = "%") -> str:

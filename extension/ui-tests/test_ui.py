@@ -128,8 +128,10 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
                      fmt_pct(p["mfu"]), fmt_pct(p["mbu"]),
                      f"{fmt_signed(p['compare']['step_time_delta_pct'])} vs run #{p['compare']['run_id']}",
                      f"{p['badges']['fallbacks']} CPU fallbacks", f"{p['badges']['sync_points']} sync points",
-                     "0 recompiles", "Cost per 1,000 steps (modeled)",
-                     f"trn2: {fmt_usd(cost['per_1000_steps_usd'])}", f"H100: {fmt_usd(cost['h100_per_1000_steps_usd'])}",
+                     "0 recompiles", "Cost per 1M steps (modeled)",
+                     # a saved output from before the per-1M fields: the renderer converts its per-1,000 figures
+                     f"trn2: {fmt_usd(cost.get('per_1m_steps_usd') or cost['per_1000_steps_usd'] * 1000)}",
+                     f"H100: {fmt_usd(cost.get('h100_per_1m_steps_usd') or cost['h100_per_1000_steps_usd'] * 1000)}",
                      "launches/step", "Open in Neuron Profiler"]:
         assert expected in text, expected
     tabs = profile.locator(".ns-Tab").all_inner_texts()
