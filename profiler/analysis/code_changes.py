@@ -177,7 +177,7 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
     cls = classes[0]
     line, where = _optimizer_line(cls, optimizers)
     targets = frozenset(zip(trace_ops.loc[drop, "name"].astype(str), trace_ops.loc[drop, "module"].astype(str)))
-    return CodeChange("fused_optimizer", f"{cls}(fused=True)", line, where, ops, FUSED_BASIS, ("launch", "compute"),
+    return CodeChange("fused_optimizer", f"fused {cls}", line, where, ops, FUSED_BASIS, ("launch", "compute"),
                       targets=targets)
 
 
