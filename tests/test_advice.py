@@ -219,7 +219,8 @@ def test_headline_shows_the_range_and_its_driver_calibration_in_a_footnote() -> 
     head = text.splitlines()[1]
     assert head.startswith("  step time (modeled):") and "range" in head and "launch cost per NEFF" in head
     assert "±" not in text and "Calibration" not in head and "model error" not in text
-    assert "Calibration: trn2" in text and "this run's own uncertainty" in s["calibration_note"]
+    note = s["calibration_note"]
+    assert "Calibration: trn2" in text and "uncertainty" in note and "step-time range" in note
     html = render_html(s)
     assert "±" not in html and "range from launch cost per NEFF" in html
     assert "MFU (modeled)" in html and "host time/step (measured)" in html and "Engine utilization (modeled)" in html
