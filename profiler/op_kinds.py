@@ -20,7 +20,7 @@ neuron_studio/device/coverage.json and trainium.md §1.7):
 6. ``view``: moves no data and launches nothing (views, metadata, allocation).
 7. ``device``: a kernel on a NeuronCore engine.
 
-Pure: arrays in, arrays out. No imports from the rest of the studio (the model and the analyses both use it).
+Pure: arrays in, arrays out (the model's schedule and the analyses both use it).
 """
 from __future__ import annotations
 
@@ -28,6 +28,10 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
+
+from neuron_studio.device.events import SYNC_HOST_ROUND_TRIP
+from neuron_studio.profiler.model.ops import base_name
+from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 
 __all__ = ["KINDS", "OpKind", "KIND_INFO", "classify_ops", "kind_names", "HOST_ROUND_TRIP_REASONS",
            "HOST_MASK_OPS", "SYNC_HOST_ROUND_TRIP", "COLLECTIVE_PREFIX", "K_DEVICE", "K_HOST_FALLBACK",
@@ -38,9 +42,6 @@ K_DEVICE, K_HOST_FALLBACK, K_HOST_ROUND_TRIP, K_SYNC, K_TRANSFER, K_COLLECTIVE, 
 #: Kinds whose time is (partly) host work: what `cpu_fallbacks()` lists and the breakdown's host-work part holds.
 HOST_KINDS: tuple[str, ...] = ("host_fallback", "host_round_trip")
 
-COLLECTIVE_PREFIX = "c10d::"
-#: `OpEvent.sync` of a 64-bit cast done on the host (neuron_studio.device.events.SYNC_HOST_ROUND_TRIP).
-SYNC_HOST_ROUND_TRIP = "host_round_trip"
 #: Fallback reasons (coverage.json "reasons") that are round trips TorchNeuron does not report as fallbacks.
 HOST_ROUND_TRIP_REASONS: frozenset[str] = frozenset({"host_round_trip", "host_round_trip_cast"})
 #: Device ops whose random mask the host draws and copies to the device (trainium.md §1.7.1: nn.Dropout).
@@ -92,11 +93,6 @@ def _present(a: np.ndarray) -> np.ndarray:
     return np.fromiter((isinstance(x, str) and x != "" for x in a), dtype=bool, count=len(a))
 
 
-def _base(name: str) -> str:
-    n = name.split("::", 1)[-1].split(".", 1)[0]
-    return n[:-1] if n.endswith("_") and not n.endswith("__") else n
-
-
 def classify_ops(names: Sequence[str] | np.ndarray, *, no_engine: Sequence[bool] | np.ndarray,
                  fallback: Any = None, sync: Any = None, transfer: Any = None,
                  attention: Any = None) -> np.ndarray:
@@ -112,7 +108,7 @@ def classify_ops(names: Sequence[str] | np.ndarray, *, no_engine: Sequence[bool]
     uniq, inv = np.unique(names.astype(str), return_inverse=True) if n else (np.zeros(0, dtype=str),
                                                                             np.zeros(0, dtype=np.int64))
     coll = np.fromiter((u.startswith(COLLECTIVE_PREFIX) for u in uniq), dtype=bool, count=len(uniq))[inv]
-    mask_op = np.fromiter((_base(u) in HOST_MASK_OPS for u in uniq), dtype=bool, count=len(uniq))[inv]
+    mask_op = np.fromiter((base_name(u) in HOST_MASK_OPS for u in uniq), dtype=bool, count=len(uniq))[inv]
     if attention is not None:
         mask_op |= (np.asarray(attention, dtype=np.int64) & _ATTN_DROPOUT) != 0
     round_trip_reason = np.fromiter((isinstance(x, str) and x in HOST_ROUND_TRIP_REASONS for x in fb_s),
