@@ -35,7 +35,7 @@ def _esc(s: str) -> str:
 
 def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, path: str) -> int:
     """Write one rank's ops as Chrome events (comma-separated, no brackets) to `path`; returns the count."""
-    from neuron_studio.profiler.job_map import read_rank
+    from neuron_studio.profiler.job_map import _release_memory, read_rank
 
     trace, _ = read_rank(inp)
     ops = trace.ops
@@ -57,6 +57,8 @@ def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, p
                 parts = []
         if parts:
             fh.write(",\n".join(parts) + ",\n")
+    del trace, ops
+    _release_memory()                # the worker takes the next rank from a trimmed heap
     return n
 
 
@@ -99,8 +101,7 @@ def export_job_trace(job: Any, path: str | os.PathLike, *, workers: int | None =
                 write_rank_part(*args)
         else:
             ctx = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=workers or local_workers(job.inputs), mp_context=ctx,
-                                        max_tasks_per_child=1) as pool:
+            with cf.ProcessPoolExecutor(max_workers=workers or local_workers(job.inputs), mp_context=ctx) as pool:
                 for f in [pool.submit(write_rank_part, *args) for args in jobs]:
                     f.result()
         meta = {"neuron_studio_job": {"ranks": sorted(ranks), "straggler": straggler,

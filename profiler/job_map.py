@@ -7,9 +7,9 @@ default, a Dask cluster when given one), reduce the digests on the client.
 
 A worker reads one rank (the streaming reader for Chrome traces), models it, digests it
 (`analysis.rank_digest`) and returns the digest as Parquet bytes; the client keeps only digests (a few
-thousand rows per rank) and writes them under `digest_dir` when given. Local workers are fresh processes
-that each take one rank and exit (`max_tasks_per_child=1`), so a worker's memory is that of one rank (ranks
-estimated under `SMALL_RANK_BYTES` share a worker, whose start-up costs more than they do); how
+thousand rows per rank) and writes them under `digest_dir` when given. Local workers are fresh (spawned)
+processes that take one rank at a time and free it (collected, heap trimmed) before the next, so a worker's
+memory is that of one rank; how
 many run at once is sized from the machine's available memory and the largest rank (`local_workers`). On
 Dask, each task is one rank; the trace paths must be readable from the workers (a shared file system), and
 the report is the same either way (the reduce does not depend on where the map ran).
@@ -45,11 +45,6 @@ BYTES_PER_JSON_BYTE = 6.0
 GZIP_RATIO = 10.0
 #: Memory a worker needs besides its rank (interpreter, torch, pandas): measured ~350 MB, rounded up.
 WORKER_BASE_BYTES = 512 << 20
-
-
-#: Ranks whose estimate is below this share a worker process, up to SMALL_RANKS_PER_WORKER each.
-SMALL_RANK_BYTES = 1 << 30
-SMALL_RANKS_PER_WORKER = 16
 
 
 class JobMapError(RuntimeError):
@@ -160,7 +155,22 @@ def map_rank(inp: RankInput, with_summary: bool = False, on_profile: OnProfile |
     except Exception as e:  # noqa: BLE001 - becomes JobMapError on the client, naming the input
         return {"error": f"{inp.label}: {type(e).__name__}: {str(e)[:500]}"}
     del trace, prof
-    return {"payload": digest.to_payload(), "peak_rss": _peak_rss(), "seconds": time.perf_counter() - t0}
+    out = {"payload": digest.to_payload(), "peak_rss": _peak_rss(), "seconds": time.perf_counter() - t0}
+    _release_memory()
+    return out
+
+
+def _release_memory() -> None:
+    """Give the rank's memory back before the worker takes the next one: collect, then return free heap
+    pages to the OS (glibc's malloc_trim; elsewhere a no-op)."""
+    import ctypes
+    import gc
+
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 # -------------------------------------------------------------------------------------------- engines
@@ -205,11 +215,9 @@ def _run_local(inputs: Sequence[RankInput], workers: int, on_profile: OnProfile 
                progress: Callable[[int, int], None] | None) -> list[dict]:
     ctx = multiprocessing.get_context("spawn")      # a fresh interpreter per worker: no inherited memory
     out: list[dict | None] = [None] * len(inputs)
-    # big ranks: a fresh process per rank, so a worker's memory is one rank's; small ones share a process
-    # (a worker's start-up, torch's import, costs more than the rank)
-    small = max((memory_estimate(i) for i in inputs), default=0) < SMALL_RANK_BYTES
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                                max_tasks_per_child=SMALL_RANKS_PER_WORKER if small else 1) as pool:
+    # long-lived workers (CPython 3.11's max_tasks_per_child can hang the executor when workers are
+    # replaced): each task starts from a collected, trimmed heap, so a worker's peak is one rank's
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
         first = summary_input(inputs)
         futs = {pool.submit(map_rank, inp, i == first, on_profile): i for i, inp in enumerate(inputs)}
         for done, fut in enumerate(cf.as_completed(futs), 1):
