@@ -352,3 +352,24 @@ def test_recompiles_are_told_to_pad_to_buckets_with_the_line() -> None:
         pytest.skip("this torch build did not recompile per shape (dynamic shapes assumed)")
     recs = prof.step_breakdown().recommendations
     assert recs[-1].category == "recompile" and "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" in recs[-1].text
+
+
+def test_host_sync_row_names_its_line_in_the_one_source_format(tmp_path) -> None:  # noqa: ANN001
+    from IPython.testing import globalipapp
+
+    from neuron_studio.session import session
+
+    shell = globalipapp.get_ipython()
+    session().use_store(tmp_path)
+    shell.run_line_magic("load_ext", "neuron_studio")
+    try:
+        assert shell.run_cell("import torch\nw = torch.randn(64, 64, device='neuron')\n").success
+        res = shell.run_cell("%%neuron --mode adaptive --name items\ntotal = 0.0\nfor _ in range(4):\n"
+                             "    total += (w @ w).relu().sum().item()")
+        assert res.success, res.error_in_exec
+        row = res.result.what_if(chips=["trn2"]).set_index("variant").filter(like="no host sync", axis=0).iloc[0]
+        assert "total += (w @ w).relu().sum().item()" in row["run"]
+        assert re.fullmatch(r"at cell \[\d+\] line 3", row["where"]), row["where"]
+    finally:
+        session().use_store(None)
+        shell.reset(new_session=False)

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.model.ops import DTYPE_BF16, DTYPE_FP32, classify_engine, shape_stats
+from neuron_studio.profiler.vocabulary import source_label
 
 __all__ = ["CodeChange", "code_changes", "fused_optimizer", "autocast_bf16", "host_syncs", "FUSED_OPTIMIZERS",
            "AUTOCAST_LINE", "data_dependent_ops"]
@@ -384,7 +385,7 @@ def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None]
     line = (f"keep the value on the device (e.g. accumulate into a tensor) and read it once after the loop, or every "
             f"N steps, instead of `{code}`" if code else
             "keep values on the device; read them (.item(), .cpu(), print) once after the loop or every N steps")
-    where = "at " + ", ".join(srcs[:3]) if srcs else "in the step"
+    where = "at " + ", ".join(source_label(x) for x in srcs[:3]) if srcs else "in the step"
     ops = trace_ops[~sync].reset_index(drop=True)
     targets = frozenset(zip(trace_ops.loc[sync, "name"].astype(str), trace_ops.loc[sync, "module"].astype(str)))
     return CodeChange("host_syncs", f"no host sync in the step ({n / steps:.3g} per step)", line, where, ops,
