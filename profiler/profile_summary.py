@@ -88,7 +88,8 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                 "name": k.get("name") or k.get("kernel"), "kind": k.get("kind"), "file": k.get("file"),
                 "line": k.get("line"), "saving_ns": _per_step(k.get("saving_ns"), steps), "scope": k.get("scope"),
                 "replaces_ns": _per_step(k.get("replaces_ns"), steps),
-                "modeled": k.get("saving_ns") is not None or k.get("kind") != "candidate",
+                # a kernel a measured profile saw run (KernelInstructions) is measured, not modeled
+                "modeled": not k.get("measured") and (k.get("saving_ns") is not None or k.get("kind") != "candidate"),
                 "note": k.get("note") or None,
             },
         })

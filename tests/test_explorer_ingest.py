@@ -89,7 +89,8 @@ def test_hot_path_carries_the_nki_source_line_measured(prof: MeasuredProfile) ->
     assert [(ln["line"], ln["instruction_ns"]) for ln in k["lines"]] == [(42, 45_000.0), (47, 20_000.0)]
     payload = prof.to_summary()
     assert payload["hot_ops"][0]["kernel"] == {"name": exp["kernel"], "kind": "runs_as", "file": NKI_FILE,
-                                               "line": 42, "saving_ns": None, "scope": None}
+                                               "line": 42, "saving_ns": None, "scope": None, "replaces_ns": None,
+                                               "modeled": False, "note": None}   # seen running: measured
     assert payload["modeled"] is False and payload["backend"] == "real"
     json.dumps(payload, allow_nan=False)
 
