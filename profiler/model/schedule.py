@@ -18,7 +18,9 @@ from neuron_studio.profiler.model.adaptive_regions import (
     is_in_place_name, is_matmul_family,
 )
 from neuron_studio.profiler.model.layout import lay_out
-from neuron_studio.profiler.op_kinds import HOST_MASK_OPS  # device ops whose random mask the host draws
+# the module, not the name: op_kinds imports model.ops, whose package imports this module (a name import
+# fails when op_kinds is imported first: `from neuron_studio.profiler.profile import Profile` in a fresh process)
+from neuron_studio.profiler import op_kinds  # op_kinds.HOST_MASK_OPS: device ops whose random mask the host draws
 from neuron_studio.hardware import ChipSpec, SpecError
 from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
 from neuron_studio.profiler.model.ops import (
@@ -243,7 +245,7 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
     host_ns = np.where(is_fb, np.maximum(_take(cols.end_ns, order) - _take(cols.start_ns, order), 0), 0)
     elems = _take(cols.elems, order)
     is_rng = _per_name(cols, order, lambda nm: base_name(nm) in _RNG_FALLBACKS) & is_fb
-    host_mask = _per_name(cols, order, lambda nm: base_name(nm) in HOST_MASK_OPS) & ~is_fb & real
+    host_mask = _per_name(cols, order, lambda nm: base_name(nm) in op_kinds.HOST_MASK_OPS) & ~is_fb & real
     local = world_size if not local_world_size else max(1, min(int(local_world_size), int(world_size)))
     nodes = -(-max(1, int(world_size)) // max(1, local))
     return Schedule(
