@@ -294,3 +294,17 @@ def test_real_two_rank_directory(tmp_path):
         assert t.set_index("rank").loc[r, "step_time_ns"] == pytest.approx(truth.mean_step_ns(raw), abs=0.5)
     # NCCL collectives return at once on the host: they cannot measure the skew, so the wall clock stands
     assert res.analysis.alignment.method == "wall clock" and res.analysis.alignment.residual_skew_ns is None
+
+
+# -- Neuron Explorer per-rank folders ----------------------------------------------------------------------
+def test_neuron_explorer_per_rank_folders_are_one_job(tmp_path):
+    from make_explorer_fixtures import write_explorer_fixture
+
+    for r in (1, 0):                      # as TorchNeuron's profiler writes them: <out>/rank<RANK>/
+        write_explorer_fixture(tmp_path / f"rank{r}")
+    inputs = job_inputs(tmp_path)
+    assert [(i.kind, i.name_rank, i.name_source) for i in inputs] == [("neuron-explorer", 0, "folder"),
+                                                                       ("neuron-explorer", 1, "folder")]
+    a = analyze_job(tmp_path, workers=0).analysis
+    assert list(a.ranks["rank"]) == [0, 1] and list(a.ranks["rank_source"]) == ["folder", "folder"]
+    assert (a.ranks["ops"] > 0).all()
