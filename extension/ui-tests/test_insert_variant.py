@@ -7,6 +7,7 @@ Screenshots: `test-artifacts/insert_*.png`.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from pathlib import Path
@@ -90,9 +91,12 @@ def test_insert_and_run_measures_the_prediction(lab: dict, page) -> None:  # noq
     profile.wait_for(timeout=RUN_TIMEOUT_MS)
     run_id = int(profile.locator(".ns-RunId").inner_text().removeprefix("run #"))
 
-    # the breakdown's best-variant line has the same buttons
+    # the breakdown's best-variant line names the What if table's best row and has the same buttons
     best = profile.locator(".ns-BestVariant")
-    assert "adaptive on trn2" in best.inner_text() and best.locator("button.ns-InsertRun").count() == 2
+    named = re.search(r"\b(eager|adaptive|compile) on (trn\d)\b", best.inner_text())
+    assert named is not None and best.locator("button.ns-InsertRun").count() == 2
+    assert "ns-mod-best" in (_row(profile, f"{named[1]} on {named[2]}").get_attribute("class") or "")
+    profile.locator(".ns-TabBar .ns-Tab[data-tab='Summary']").click()
 
     # -- "Insert & run" on the adaptive row: a new cell right below the profiled cell, selected, run --
     row = _row(profile, "adaptive on trn2")
