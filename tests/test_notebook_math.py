@@ -63,9 +63,10 @@ def test_check_view_dollars_are_not_typeset() -> None:
 
 def test_profile_view_cost_figures_are_not_typeset() -> None:
     s = {"run_id": 1, "mode": "eager", "chip": "trn2", "backend": "emulated", "modeled": True, "engines": [],
-         "cost": {"chip": "trn2", "per_1000_steps_usd": 0.0005, "h100_per_1000_steps_usd": 0.0002}}
+         "cost": {"chip": "trn2", "per_1000_steps_usd": 0.0005, "h100_per_1000_steps_usd": 0.0002,
+                  "per_1m_steps_usd": 0.5, "h100_per_1m_steps_usd": 0.2}}
     out = render_html(s)
-    assert "$0.0005" in out and "$0.0002" in out and _typeset_spans(out) == []
+    assert "$0.500" in out and "$0.200" in out and _typeset_spans(out) == []    # per 1M steps, 3 digits
 
 
 def test_table_cells_stay_left_aligned_with_their_bullets_in_jupyterlab() -> None:

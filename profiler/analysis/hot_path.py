@@ -138,15 +138,20 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             prefix = _module_for_pattern(h.module, k)
             under = np.fromiter((isinstance(m, str) and (m == prefix or m.startswith(prefix + "."))
                                  for m in module_col), dtype=bool, count=len(module_col))
-            rows = np.flatnonzero(under & (device_col > 0))
-            if not len(rows):
+            if not (under & (device_col > 0)).any():
                 k["saving_ns"] = 0.0
                 continue
-            rows = rows[np.argsort(seq_col[rows], kind="stable")]   # in launch order
-            seq = seq_col[rows]
-            gaps = np.diff(seq) > 1
-            starts = np.concatenate([[0], np.nonzero(gaps)[0] + 1])
-            ends = np.concatenate([np.nonzero(gaps)[0], [len(rows) - 1]])
+            # calls: contiguous runs (by seq) of ALL the module's ops, views and other device-free ops included
+            # (they launch nothing, but they are the module's and must not split one call into several)
+            every = np.flatnonzero(under)
+            every = every[np.argsort(seq_col[every], kind="stable")]
+            gaps = np.diff(seq_col[every]) > 1
+            call_of = np.concatenate([[0], np.cumsum(gaps)])
+            busy = device_col[every] > 0
+            rows, call = every[busy], call_of[busy]                    # the launched ops, in launch order
+            cuts = np.nonzero(np.diff(call) != 0)[0]
+            starts = np.concatenate([[0], cuts + 1])
+            ends = np.concatenate([cuts, [len(rows) - 1]])
             b = bytes_col[rows]
             f = flops_col[rows]
             cf = np.concatenate([[0.0], np.cumsum(f)])
