@@ -56,7 +56,9 @@ def what_if_block(prof: Any) -> dict[str, Any]:
                      "step_time_ns": finite_float(r.step_time_ns), "step_time_low_ns": finite_float(r.step_time_low_ns),
                      "step_time_high_ns": finite_float(r.step_time_high_ns), "speedup": finite_float(r.speedup),
                      "mfu": finite_float(r.mfu),
-                     "cost_per_1m_steps_usd": finite_float(r.cost_per_1m_steps_usd), "current": bool(r.current),
+                     "cost_per_1m_steps_usd": finite_float(r.cost_per_1m_steps_usd),
+                     # per 1,000 steps: what stored summaries and older front ends read (the renderers show per 1M)
+                     "cost_per_1000_steps_usd": finite_float(r.cost_per_1m_steps_usd / 1000), "current": bool(r.current),
                      "basis": r.basis, "run": r.run, "where": r.where, "cell": r.cell,
                      "rank": None if pd.isna(r.rank) else int(r.rank), "why_not": r.why_not})
     # the advisor's first-ranked row (`what_if.rank_rows`): the change the breakdown's verdict names too

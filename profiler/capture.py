@@ -232,7 +232,8 @@ class Capture:
             meta["host_events_error"] = self._host_error
         if memory is not None:
             meta["memory"] = {"source": "emulator allocator", "devices": sorted(set(memory["device"].tolist())),
-                              "saved_tensor_hooks": self.mode != "compile"}
+                              "saved_tensor_hooks": self.mode != "compile",
+                              "released_from_earlier_bytes": int(memory.attrs.get("released", {}).get("bytes", 0))}
         self.trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta, memory=memory)
         self.status = status
         return self.trace

@@ -278,6 +278,13 @@ def memory_frame(rec: MemoryRecorder, ops: pd.DataFrame, *, step_times: list[int
         if sid not in rec.category or _RANK["input"] < _RANK[rec.category[sid]]:
             rec.category[sid] = "input"
 
+    # storages held before the capture began that this step never used and freed (what an earlier run of the cell
+    # left, e.g. the previous `loss` holding the previous model's parameters and gradients through its graph):
+    # not the step's memory, so not in its table (counted separately in `attrs["released"]`)
+    freed = {ids[i] for i in range(n) if kinds[i] < 0}
+    released = {aid: nbytes for aid, _, nbytes in (log.baseline if log is not None else [])
+                if aid in freed and aid not in rec.category and aid not in rec.input_candidates}
+
     # storages held before the capture began that are no model or optimizer state: data the step is given
     for aid, _, _ in (log.baseline if log is not None else []):
         if rec.category.get(aid) not in ("parameter", "gradient", "optimizer_state"):
@@ -331,4 +338,7 @@ def memory_frame(rec: MemoryRecorder, ops: pd.DataFrame, *, step_times: list[int
         "source": op_attr("source", row_op),
         "output_of": [";".join(sorted(rec.outputs_of[a])) if a in rec.outputs_of else None for a in alloc_ids],
     })
+    if released:
+        df = df[~df["alloc_id"].isin(list(released))].reset_index(drop=True)
+    df.attrs["released"] = {"storages": len(released), "bytes": int(sum(released.values()))}
     return df

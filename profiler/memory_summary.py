@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from neuron_studio.profiler.analysis.memory import CATEGORIES, NoMemoryDataError, binned_timeline
+from neuron_studio.profiler.analysis.memory_forecast import fmt_bytes
 
 __all__ = ["memory_block", "MEMORY_BINS", "LIVE_ROWS"]
 
@@ -134,4 +135,9 @@ def _notes(prof: Any) -> list[str]:
         out.append("compile mode: what a compiled graph returns is counted, the activations it saves for backward "
                    "too; its intermediates are not (on Trainium they are the compiled graph's own runtime memory, "
                    "outside the allocator's count as well)")
+    released = int(((prof.trace.meta.get("memory") or {}).get("released_from_earlier_bytes")) or 0)
+    if released:
+        out.append(f"not counted: {fmt_bytes(released)} held from before this cell ran (e.g. the graph of an earlier "
+                   "run's loss, with that run's parameters and gradients) and freed by it; torch.neuron's "
+                   "max_memory_allocated() includes it, the step does not need it")
     return out

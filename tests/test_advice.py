@@ -250,6 +250,39 @@ def test_a_lever_that_adds_bytes_is_not_a_lever() -> None:
     assert "No help here (modeled)" in html and "−" not in html.split("No help here")[0].split("Levers")[-1]
 
 
+def test_a_rerun_cell_keeps_its_memory_categories_and_peak(tmp_path) -> None:  # noqa: ANN001
+    """Tutorial 01 run twice in one kernel: the first run's `loss` still holds its model's parameters and gradients
+    (through its graph) when the setup cell builds a new model; they are not the step's input batch, and the step's
+    peak is the same as the first time, with the released bytes said in a note."""
+    from IPython.testing import globalipapp
+
+    from neuron_studio.session import session
+
+    shell = globalipapp.get_ipython()
+    session().use_store(tmp_path)
+    shell.run_line_magic("load_ext", "neuron_studio")
+    setup = ("import torch, torch.nn as nn\ntorch.manual_seed(0)\n"
+             "model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256)).to('neuron')\n"
+             "x = torch.randn(64, 256, device='neuron')\ntarget = torch.randn(64, 256, device='neuron')\n")
+    cell = "%%neuron --name first-step\nloss = nn.functional.mse_loss(model(x), target)\nloss.backward()"
+    try:
+        peaks = []
+        for _ in range(2):
+            assert shell.run_cell(setup).success
+            res = shell.run_cell(cell)
+            assert res.success, res.error_in_exec
+            peaks.append(res.result.memory_peak().attrs)
+        first, second = peaks
+        assert second["peak_bytes"] == first["peak_bytes"]
+        assert second["by_category"] == first["by_category"]
+        assert second["by_category"]["input"] == 2 * 64 * 256 * 4 and second["by_category"]["gradient"] > 0
+        notes = res.result.summary_payload["memory"]["notes"]
+        assert any(re.match(r"not counted: 4\.\d+ MiB held from before this cell ran", n) for n in notes), notes
+    finally:
+        session().use_store(None)
+        shell.reset(new_session=False)
+
+
 def test_memory_tab_and_forecast_tell_one_story_for_a_scaled_replica(tmp_path) -> None:  # noqa: ANN001
     """Tutorial 06: a replica profiled with `--memory-scale`: the cell's Memory tab gives the full model's verdict,
     the same as `prof.memory_forecast()` and `memory_forecast(scale=...)`, not the replica's 'fits'."""
