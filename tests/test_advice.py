@@ -22,6 +22,20 @@ from neuron_studio.ui.html import render_html  # noqa: E402
 from neuron_studio.ui.text import render_text  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _fresh_shell_namespace():
+    """Cells these tests run in the shared test shell leave models and tensors on the device in its namespace;
+    emptied after each test, so later tests in the same process (memory peaks, e.g. test_memory_sharding)
+    do not count them."""
+    yield
+    import gc
+
+    from IPython.testing import globalipapp
+
+    globalipapp.get_ipython().reset(new_session=False)
+    gc.collect()
+
+
 def _adamw_step(fused: bool, mode: str):
     """The README's first example: an MLP whose step the AdamW update dominates."""
     torch.manual_seed(0)
