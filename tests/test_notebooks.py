@@ -115,7 +115,7 @@ def test_03_eager_adaptive_compile(run_notebook):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="known defect, open: on the training step tutorial 04 profiles, the hot path "
+@pytest.mark.xfail(strict=True, reason="known defect, open: on the forward step tutorial 04 profiles, the hot path "
                    "no longer offers swiglu_mlp_kernel for the gated MLP (its modeled saving comes out 0 since this "
                    "wave's mode/advice changes), so the tutorial's kernel-link cell stops; the forward-only case "
                    "is fixed and tested in test_kernel_swap")
