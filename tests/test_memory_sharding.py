@@ -198,7 +198,12 @@ def test_sharding_lever_matches_the_fullest_ranks_peak_in_a_sharded_run(tmp_path
     (the core that runs out first) when the same step runs sharded over 2 ranks on the emulator: ZeRO-1 with
     ZeroRedundancyOptimizer, ZeRO-2 with FSDP2 fully_shard(reshard_after_forward=False), FSDP with FSDP2's
     defaults, each wrapping the modules the lever names."""
+    # the sharded ranks run in fresh processes: leave out what this test process already held on the device
+    # (tensors other tests in the same worker keep alive) from the single-process figures they are compared to
+    gc.collect()
+    held = torch.neuron.memory_allocated()
     prof, peak = _profile_of(MODELS[model])
+    peak -= held
     lv = next(lv for lv in prof.memory_forecast("trn2", shards=2).levers if lv.key == mode)
     assert lv.factor == 2.0
     units = tuple(u.split(".", 1)[1] for u in lv.modules)  # paths below the model ("GPT.blocks.0" -> "blocks.0")
@@ -208,7 +213,7 @@ def test_sharding_lever_matches_the_fullest_ranks_peak_in_a_sharded_run(tmp_path
     fullest = max(ranks)
     assert fullest < peak, (ranks, peak)
     _saving_matches(lv.saving_bytes, peak - fullest)
-    assert abs(lv.peak_bytes - fullest) <= 0.10 * fullest, (lv.peak_bytes, fullest)
+    assert abs(lv.peak_bytes - held - fullest) <= 0.10 * fullest, (lv.peak_bytes - held, fullest)
     if mode != "zero1" or model == "block":  # (GPT's ZeRO-1 shards are even: there the naive figure is right)
         with pytest.raises(AssertionError):
             _saving_matches(_naive(prof, mode), peak - fullest)
