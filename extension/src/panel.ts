@@ -1,5 +1,6 @@
 /**
- * The "Neuron Profiler" main-area panel: runs of the current notebook's store, a run's detail
+ * The "Neuron Profiler" main-area panel: the current notebook's runs and the runs with no notebook in its
+ * folder's store (imported traces, scripts, jobs; other notebooks' runs when asked for), a run's detail
  * (summary, binned timeline, op page, hot path) and a two-run compare view.
  */
 import { Widget } from '@lumino/widgets';
@@ -20,7 +21,7 @@ import {
   table
 } from './mime';
 import { requestAPI } from './request';
-import { samePath } from './variants';
+import { groupRuns, UNOWNED_GROUP, unownedKind } from './runs';
 import { JobTraceSource, ServerTraceSource } from './viewer/sources';
 import { TraceViewer } from './viewer/viewer';
 import { ITraceWindow } from './viewer/types';
@@ -135,10 +136,8 @@ export class ProfilerPanel extends Widget {
   /** Reload the runs of the current notebook's store. */
   async refresh(): Promise<void> {
     this._path = this._opts.getNotebookPath() ?? this._path;
-    // the title names the notebook whose runs the list shows (runs of other notebooks sharing the folder's store
-    // are listed only when asked for, with their notebook)
-    this.title.label = this._path ? `Neuron Profiler: ${this._path.split('/').pop()}` : 'Neuron Profiler';
     if (!this._path) {
+      this.title.label = 'Neuron Profiler';
       this._setMessage('Open a notebook that has run %%neuron cells, then refresh.');
       this._list.replaceChildren();
       return;
@@ -330,61 +329,88 @@ export class ProfilerPanel extends Widget {
     );
   }
 
-  /** Whether a run was made by this panel's notebook. */
-  private _ownRun(run: IRunRow): boolean {
-    return samePath(run.notebook, this._path);
-  }
-
   private _renderList(): void {
-    const own = this._runs.filter(run => this._ownRun(run));
-    const others = this._runs.length - own.length;
+    const groups = groupRuns(this._runs, this._path);
+    const others = groups.others.length;
     const all = this._showAll.checked && others > 0;
-    const shown = all ? this._runs : own;
-    this._showAllText.textContent = ` also the ${others} run${others === 1 ? '' : 's'} of other notebooks and scripts in this folder`;
+    this._showAllText.textContent = ` also the ${others} run${others === 1 ? '' : 's'} of other notebooks in this folder`;
     (this._showAll.parentElement as HTMLElement).hidden = others === 0;
+    const name = this._path ? this._path.split('/').pop() : null;
+    // the title, the label and the groups say the same thing: this notebook's runs, then the folder's runs that
+    // belong to no notebook, then (when asked for) the other notebooks' runs
+    this.title.label = !name ? 'Neuron Profiler' : all ? `Neuron Profiler: all runs next to ${name}` : `Neuron Profiler: ${name}`;
+    const unowned = groups.unowned.length;
     this._pathLabel.textContent = !this._path
       ? 'no notebook selected'
       : all
         ? `all runs in ${this._store ?? 'the store'} (next to ${this._path})`
-        : `runs of ${this._path}`;
+        : `runs of ${this._path}${unowned ? ` and the ${unowned} run${unowned === 1 ? '' : 's'} with no notebook in this folder` : ''}`;
+    this.title.caption = this._pathLabel.textContent;
+    const shown = groups.own.length + unowned + (all ? others : 0);
     this._setMessage(
-      shown.length ? '' : `No runs of ${this._path} yet${others ? ` (${others} of other notebooks in this folder)` : ''}.`
+      shown ? '' : `No runs of ${this._path} yet${others ? ` (${others} of other notebooks in this folder)` : ''}.`
     );
-    const rows = shown.map(run => {
-      const check = el('input', { attrs: { type: 'checkbox', 'aria-label': `select run ${run.id}` } });
-      check.checked = this._selected.has(run.id);
-      check.addEventListener('click', event => event.stopPropagation());
-      check.addEventListener('change', () => {
-        if (check.checked) {
-          this._selected.add(run.id);
-        } else {
-          this._selected.delete(run.id);
-        }
-        this._updateCompareButton();
-      });
-      const firstLine = (run.cell_source ?? '').split('\n').find(l => l.trim() && !l.trim().startsWith('%%')) ?? '';
-      const tr = el(
-        'tr',
-        { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id), 'data-notebook': run.notebook ?? '' } },
-        el('td', {}, check),
-        el('td', { text: `#${run.id}` }),
-        el('td', { text: run.name ?? '' }),
-        all ? el('td', { class: 'ns-RunNotebook', text: run.notebook ?? '(script)' }) : null,
-        el('td', { class: 'ns-CellPreview', text: firstLine.slice(0, 60), title: run.cell_source }),
-        el('td', { text: run.mode }),
-        el('td', { text: run.chip }),
-        el('td', { class: 'ns-Ranks', text: run.ranks > 1 ? `${run.ranks} ranks` : '1' }),
-        el('td', { class: `ns-Status-${run.status}`, text: run.status }),
-        el('td', { text: fmtNs(run.step_time_ns) }),
-        el('td', { text: fmtPct(run.mfu) })
+    const heads = ['', 'Run', 'Name', 'Cell', 'Mode', 'Chip', 'Ranks', 'Status', 'Step', 'MFU'];
+    const sections: [string, string, IRunRow[], (run: IRunRow) => string][] = [
+      ['own', `This notebook (${name ?? ''})`, groups.own, () => ''],
+      ['unowned', UNOWNED_GROUP, groups.unowned, unownedKind],
+      ...(all ? [['others', 'Other notebooks in this folder', groups.others, (run: IRunRow) => run.notebook ?? '']] as [string, string, IRunRow[], (run: IRunRow) => string][] : [])
+    ];
+    // the notebook's own runs alone need no heading (the label names them); with other groups, each is headed
+    const headed = unowned > 0 || all;
+    const bodies = sections
+      .filter(([key, , runs]) => runs.length || (key === 'own' && headed))
+      .map(([key, title, runs, origin]) =>
+        el(
+          'tbody',
+          { class: 'ns-RunGroup', attrs: { 'data-group': key } },
+          headed
+            ? el('tr', { class: 'ns-RunGroupHead' }, el('th', { attrs: { colspan: String(heads.length) }, text: runs.length ? `${title} · ${runs.length}` : `${title}: no runs yet` }))
+            : null,
+          ...runs.map(run => this._runRow(run, origin(run)))
+        )
       );
-      tr.addEventListener('click', () => void this.showRun(run.id));
-      return tr;
-    });
-    const heads = ['', 'Run', 'Name', ...(all ? ['Notebook'] : []), 'Cell', 'Mode', 'Chip', 'Ranks', 'Status', 'Step', 'MFU'];
     const head = el('tr', {}, ...heads.map(h => el('th', { text: h })));
-    this._list.replaceChildren(el('table', { class: 'ns-Table ns-RunList' }, el('thead', {}, head), el('tbody', {}, ...rows)));
+    this._list.replaceChildren(el('table', { class: 'ns-Table ns-RunList' }, el('thead', {}, head), ...bodies));
     this._highlight();
+  }
+
+  /** One run's row; `origin` (where a run of no notebook or another notebook comes from) leads its Cell column. */
+  private _runRow(run: IRunRow, origin: string): HTMLElement {
+    const check = el('input', { attrs: { type: 'checkbox', 'aria-label': `select run ${run.id}` } });
+    check.checked = this._selected.has(run.id);
+    check.addEventListener('click', event => event.stopPropagation());
+    check.addEventListener('change', () => {
+      if (check.checked) {
+        this._selected.add(run.id);
+      } else {
+        this._selected.delete(run.id);
+      }
+      this._updateCompareButton();
+    });
+    const firstLine = (run.cell_source ?? '').split('\n').find(l => l.trim() && !l.trim().startsWith('%%')) ?? '';
+    const tr = el(
+      'tr',
+      { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id), 'data-notebook': run.notebook ?? '' } },
+      el('td', {}, check),
+      el('td', { text: `#${run.id}` }),
+      el('td', { text: run.name ?? '' }),
+      el(
+        'td',
+        { class: 'ns-CellPreview', title: run.cell_source },
+        origin ? el('span', { class: 'ns-RunOrigin', text: origin }) : null,
+        origin && firstLine ? ' ' : null,
+        firstLine.slice(0, 60)
+      ),
+      el('td', { text: run.mode }),
+      el('td', { text: run.chip }),
+      el('td', { class: 'ns-Ranks', text: run.ranks > 1 ? `${run.ranks} ranks` : '1' }),
+      el('td', { class: `ns-Status-${run.status}`, text: run.status }),
+      el('td', { text: fmtNs(run.step_time_ns) }),
+      el('td', { text: fmtPct(run.mfu) })
+    );
+    tr.addEventListener('click', () => void this.showRun(run.id));
+    return tr;
   }
 
   private _highlight(): void {

@@ -60,7 +60,6 @@ def _check_gpu_tabs(view, s: dict) -> None:  # noqa: ANN001
     assert v["ops"][0]["op"] in page_text and "no hourly price known" in page_text
 
 
-@pytest.mark.xfail(strict=False, reason="known defect, open: the Neuron Profiler panel now lists only the open notebook's runs, so an imported run (no notebook) is hidden behind the 'other notebooks' checkbox and its row never appears")
 def test_imported_gpu_trace_in_notebook_and_panel(lab: dict, page) -> None:  # noqa: ANN001
     s = lab["summary"]
     page.goto(f"{lab['base']}/lab/workspaces/ns-imp/tree/imported.ipynb?reset&token={TOKEN}")
@@ -77,7 +76,14 @@ def test_imported_gpu_trace_in_notebook_and_panel(lab: dict, page) -> None:  # n
     profile.locator(".ns-OpenProfiler").click()
     panel = page.locator(".ns-ProfilerPanel")
     panel.wait_for()
-    panel.locator(f".ns-RunRow[data-run-id='{lab['run_id']}']").click()
+    # the imported run belongs to no notebook: listed by default, in its own group, and the label says so
+    row = panel.locator(f".ns-RunGroup[data-group='unowned'] .ns-RunRow[data-run-id='{lab['run_id']}']")
+    row.wait_for(timeout=15_000)
+    assert "imported trace" in row.inner_text()
+    assert "1 run with no notebook" in panel.locator(".ns-PathLabel").inner_text()
+    assert panel.locator(".ns-RunGroupHead").all_inner_texts() == [
+        "This notebook (imported.ipynb): no runs yet", "Imported traces, scripts and jobs (no notebook) · 1"]
+    row.click()
     detail = panel.locator(".ns-Detail")
     detail.locator(".ns-Tab", has_text="GPU → Trainium").wait_for(timeout=15_000)
     _check_gpu_tabs(detail, s)
