@@ -84,12 +84,15 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
     inputs = _inputs(paths)
     label = name or Path(paths[0]).name
     world = len(inputs)
+    # one trace: read first, so the run is listed with the mode and chip it ran in (a compile-mode export
+    # re-imports as compile); a job's ranks are read by the map, after the run exists
+    prof = _single_profile(inputs[0].path) if world == 1 else None
     run_id = store.begin_run(cell_source="\n".join(str(p) for p in paths), name=label, notebook=None,
-                             mode="eager", chip="trn2", backend="imported", ranks=world,
-                             options={"imported": [i.path for i in inputs]})
+                             mode=prof.trace.mode if prof is not None else "eager",
+                             chip=prof.summary.chip if prof is not None else "trn2", backend="imported",
+                             ranks=world, options={"imported": [i.path for i in inputs]})
     try:
-        if world == 1:
-            prof = _single_profile(inputs[0].path)
+        if prof is not None:
             prof.run_id = run_id
             save_rank(store, run_id, prof, 0, 1)
             summary = prof.to_summary(run_id=run_id, name=label)

@@ -84,6 +84,41 @@ def test_chrome_round_trip_is_exact(run: Profile, tmp_path: Path, fname: str) ->
     assert [p.name for p in tmp_path.iterdir()] == [fname]          # no temp files left behind
 
 
+@pytest.mark.parametrize("mode", ["eager", "adaptive", "compile"])
+def test_every_mode_round_trips_and_re_imports_as_that_mode(mode: str, tmp_path: Path) -> None:
+    """A run of each mode (compile: the compiled step, its graph breaks and the memory its graphs return)
+    exports to Chrome JSON and Parquet and reads back exactly; re-modeled, the same figures; stored by
+    `neuron-studio import`, the run is listed with its own mode and chip (it was listed as eager)."""
+    from neuron_studio.imported_runs import store_imported
+    from neuron_studio.session import load_stored_profile
+    from neuron_studio.store import RunStore
+
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 32)).to("neuron")
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
+    x = torch.randn(8, 32, device="neuron")
+
+    def step() -> None:
+        m(x).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    p = profile(step, steps=2, warmup=1, mode=mode, chip="trn1")
+    assert p.trace.mode == mode and len(p.trace.memory)
+    for path in (to_chrome_trace(p, tmp_path / "run.json"), to_parquet(p.trace, tmp_path / "run.nstrace")):
+        back = read_trace(path)
+        assert back.equals(p.trace) and back.meta == p.trace.meta
+        assert back.memory["source"].notna().sum() == p.trace.memory["source"].notna().sum()
+        q = Profile.from_trace(back)
+        assert q.summary.step_time_ns == p.summary.step_time_ns
+        assert q.memory_peak()["nbytes"].sum() == p.memory_peak()["nbytes"].sum()
+    store = RunStore(tmp_path / "store")
+    run_id, summary = store_imported(store, tmp_path / "run.json")
+    rec = store.get_run(run_id)
+    assert (rec.mode, rec.chip, summary["mode"]) == (mode, "trn1", mode)
+    assert load_stored_profile(store, run_id).summary.step_time_ns == p.summary.step_time_ns
+
+
 def test_chrome_from_trace_models_it_first(run: Profile, tmp_path: Path) -> None:
     path = to_chrome_trace(run.trace, tmp_path / "t.json")
     assert read_trace(path).equals(run.trace)
