@@ -350,7 +350,8 @@ def _run_cell_real(shell: Any, spec: CellRun, fn: Callable[[], Any], chip: str) 
     store = sess.store
     try:
         run = capture_real(fn, steps=spec.steps, warmup=spec.warmup, mode=spec.mode, name=spec.name, chip=chip,
-                           options=NeuronCaptureOptions(out_dir=store.root / "neuron_profile" / str(run_id)))
+                           options=NeuronCaptureOptions(out_dir=store.root / "neuron_profile" / str(run_id)),
+                           sync=spec.sync)
     except BaseException as e:
         store.finish_run(run_id, status="interrupted" if isinstance(e, KeyboardInterrupt) else "error", summary=None)
         raise

@@ -487,11 +487,13 @@ def _neff_cache_dir(opts: NeuronCaptureOptions, notes: list[str]) -> NeuronCaptu
 
 def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WARMUP, mode: str = "eager",
                  options: NeuronCaptureOptions | None = None, name: str | None = None, chip: str = "trn2",
-                 on_step: Callable[[int], None] | None = None) -> RealRun:
+                 on_step: Callable[[int], None] | None = None, sync: bool = True) -> RealRun:
     """Run `fn` `warmup` times, then `steps` times under the Neuron profiler; locate the output, run Explorer.
 
     Op tracking, the op log and the compile-cache watch cover the whole call (warm-up included): they answer
-    "what ran where, and what compiled, in this cell".
+    "what ran where, and what compiled, in this cell". `sync` (default, as on the emulated device): every step
+    ends with `torch.neuron.synchronize()`, so TorchNeuron's asynchronous execution cannot carry one step's
+    device work into the next step's window (per-step device times stay the step's own).
     """
     import torch
 
@@ -538,6 +540,8 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
         for w in range(warmup):
             log.step = w - warmup
             fn()
+            if sync:
+                torch.neuron.synchronize()
         log.step = None
         torch.neuron.synchronize()
         prof.start()
@@ -546,6 +550,8 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
             for i in range(steps):
                 log.step = i
                 fn()
+                if sync:  # every step ends synchronised, as on the emulated device: no step's work spills over
+                    torch.neuron.synchronize()
                 if on_step is not None:
                     on_step(i + 1)
         finally:

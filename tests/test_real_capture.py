@@ -274,6 +274,30 @@ def test_each_rank_writes_its_own_directory_and_april_options_map_to_its_api(tmp
     assert out["ops"] == ["aten::mm", "aten::relu"]
 
 
+@pytest.mark.parametrize("sync", [True, False])
+def test_every_step_ends_synchronised_so_no_step_spills_into_the_next(tmp_path: Path, sync: bool) -> None:
+    """TorchNeuron executes asynchronously: without a sync at each step end, one step's device work could run in
+    the next step's window. Like the emulated path, capture_real syncs after every warm-up and profiled step
+    (`--no-sync` turns it off; the profiler then still stops only after a sync)."""
+    out = _run(f"""
+        import json, warnings, torch, neuron_studio, torch_neuronx
+        from neuron_studio.profiler.real_capture import capture_real
+        warnings.simplefilter("ignore")
+        w = torch.randn(4, 4)
+        def step():
+            torch_neuronx._fake.CALLS.append(("step", None))
+            return (w @ w).relu()
+        capture_real(step, steps=3, warmup=3, sync={sync})
+        print(json.dumps([c for c, _ in torch_neuronx._fake.CALLS if c in ("step", "synchronize", "nrt_stop")]))
+    """, tmp_path, {"FAKE_NEURONX_API": "shipped"})
+    steps = [i for i, c in enumerate(out) if c == "step"]
+    assert len(steps) == 6
+    stop = out.index("nrt_stop")
+    ends = steps[1:] + [stop]
+    synced = ["synchronize" in out[a + 1:b] for a, b in zip(steps, ends)]
+    assert synced == ([True] * 6 if sync else [False, False, True, False, False, True])
+
+
 # -- the capture's rules, without a subprocess ---------------------------------------------------------------
 def test_inspect_enable_is_refused_and_session_mode_is_set_then_restored(monkeypatch) -> None:
     monkeypatch.setenv("NEURON_RT_INSPECT_ENABLE", "1")
