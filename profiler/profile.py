@@ -77,15 +77,15 @@ def default_kernel_lookup(op: str, module: str, module_class: str | None = None)
     return [asdict(m) for m in lookup(op, module_path=module or None, module_class=module_class)]
 
 
-def default_kernel_factor(kernel: str, chip: str) -> float | None:
-    """How far above its roofline a studio kernel runs by the kernel model (None: not modeled, e.g. no
+def default_kernel_ns(kernel: str, chip: str, flops: float, nbytes: float, itemsize: int) -> float | None:
+    """A studio kernel's modeled time for a call of this size, launch excluded (None: not modeled, e.g. no
     reference call or the kernels package is unavailable)."""
     try:
-        from neuron_studio.kernels.efficiency import roofline_factor
+        from neuron_studio.kernels.efficiency import kernel_call_ns
     except ImportError:
         return None
     try:
-        return roofline_factor(kernel, chip)
+        return kernel_call_ns(kernel, chip, flops, nbytes, itemsize)
     except (ValueError, RuntimeError):
         return None
 
@@ -244,8 +244,10 @@ class Profile:
             return _hot.hot_path(measured, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
         hot = _hot.hot_path(self.ops, top_share=top_share, max_ops=max_ops, kernel_lookup=lookup)
         chip = self.trace.chip
+        sizes = self.trace.ops.set_index("seq")["itemsize"] if "itemsize" in self.trace.ops else None
+        itemsize = None if sizes is None else sizes.reindex(self.ops["seq"]).fillna(2).to_numpy(dtype="int64")
         _hot.attach_savings(hot, self.ops, self.roofs(), launch_ns=self.device_run.config.launch_overhead_ns(
-            self.trace.mode), kernel_factor=lambda k: default_kernel_factor(k, chip))
+            self.trace.mode), kernel_ns=lambda k, f, b, i: default_kernel_ns(k, chip, f, b, i), itemsize=itemsize)
         for h in hot:   # a candidate the model shows saving nothing cannot change the op's bound: not a candidate
             h.kernels = [k for k in h.kernels if not (k.get("kind") == "candidate" and k.get("saving_ns") == 0.0)]
         return hot

@@ -480,26 +480,53 @@ def test_summary_shows_the_step_range_its_drivers_and_the_chips_own_calibration(
 def test_kernel_saving_uses_the_kernel_model_not_the_roofline() -> None:
     import pandas as pd
 
-    from neuron_studio.kernels.efficiency import roofline_factor
+    from neuron_studio.kernels.efficiency import kernel_call_ns
     from neuron_studio.profiler.analysis.hot_path import HotOp, attach_savings
 
     ops = pd.DataFrame({"op": ["aten::mm"], "module": [""], "flops": [2 * 4096.0 ** 3], "bytes": [3 * 2 * 4096.0 ** 2],
-                        "device_ns": [5e6], "seq": [1]})
+                        "device_ns": [1e7], "seq": [1]})
     roofs = type("R", (), {"peak_flops": 79e12, "hbm_bytes_per_s": 725e9})()
 
     def hot() -> list:
-        return [HotOp(op="aten::mm", module="", source=None, count=1, device_ns=5_000_000, share=1.0,
+        return [HotOp(op="aten::mm", module="", source=None, count=1, device_ns=10_000_000, share=1.0,
                       bound="compute", why="", engine="tensor",
                       kernels=[{"kernel": "matmul_kernel", "kind": "candidate", "pattern": "aten::mm",
                                 "file": "matmul.py"}])]
     by_roof, by_model = hot(), hot()
     attach_savings(by_roof, ops, roofs)
-    attach_savings(by_model, ops, roofs, kernel_factor=lambda k: roofline_factor(k, "trn2"))
+    attach_savings(by_model, ops, roofs, kernel_ns=lambda k, f, b, i: kernel_call_ns(k, "trn2", f, b, i))
     roof_saving = by_roof[0].kernels[0]["saving_ns"]
     model_saving = by_model[0].kernels[0]["saving_ns"]
     assert by_model[0].kernels[0]["kernel_time"] == "kernel model"
-    assert roofline_factor("matmul_kernel", "trn2") > 1.0
     assert model_saving < roof_saving
+    assert model_saving == pytest.approx(1e7 - kernel_call_ns("matmul_kernel", "trn2", 2 * 4096.0 ** 3,
+                                                              3 * 2 * 4096.0 ** 2, 2))
+
+
+@pytest.mark.parametrize("itemsize", [2, 4])
+def test_a_kernels_scaled_time_matches_the_kernel_model_at_a_call_it_was_not_read_at(itemsize) -> None:
+    """The hot path's kernel time (two reference calls read as fixed + slope x roofline, launch excluded) tracks
+    the kernel model run at another size and dtype; a factor taken at one small call (preamble included) did not:
+    it put tutorial 04's 512-token fp32 MLP at 11x its roofline, above the five ops it replaces."""
+    import torch
+
+    from neuron_studio import kernels as K
+    from neuron_studio.kernels.cost import roofline_ns
+    from neuron_studio.kernels.efficiency import kernel_call_ns, kernel_scaling
+
+    t, d, h = 384, 384, 768                      # neither reference call (128x256x512, 256x512x1024)
+    dt = {2: torch.bfloat16, 4: torch.float32}[itemsize]
+    g = torch.Generator().manual_seed(1)
+    args = [(torch.randn(*s, generator=g) * 0.1).to(dt) for s in ((t, d), (d, h), (d, h), (h, d))]
+    _, trace = K.run(K.swiglu_mlp_kernel, *args, chip="trn2")
+    timing = K.kernel_time(trace, "trn2")
+    direct = timing.total_ns - timing.launch_overhead_ns
+    flops, nbytes = 2.0 * 3 * t * d * h, float(itemsize * (2 * t * d + 3 * d * h))
+    scaled = kernel_call_ns("swiglu_mlp_kernel", "trn2", flops, nbytes, itemsize)
+    assert scaled == pytest.approx(direct, rel=0.25)
+    sc = kernel_scaling("swiglu_mlp_kernel", "trn2", itemsize)
+    assert sc.fixed_ns < timing.launch_overhead_ns and sc.slope >= 1.0
+    assert scaled >= roofline_ns(flops, nbytes, "trn2", sc.dtype)
 
 
 # -- collectives: ring steps, ranks per instance ---------------------------------------------------------------

@@ -95,19 +95,21 @@ def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
 
 
 def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: float = 0.0,
-                   kernel_factor: Callable[[str], float | None] | None = None) -> None:
+                   kernel_ns: Callable[[str, float, float, int], float | None] | None = None,
+                   itemsize: Any = None) -> None:
     """Modeled saving of each kernel match: matched time minus the kernel's modeled time.
 
-    The kernel's time is the roofline of the work it replaces times `kernel_factor(kernel)`: how far above
-    its roofline the kernel runs by the kernel model (`kernels.kernel_time` at a reference call). Without a
-    factor (a kernel the kernel model cannot run) the roofline is used and the match says so
-    (`k["kernel_time"] = "roofline"`).
+    The kernel's time for the work it replaces is `kernel_ns(kernel, flops, bytes, itemsize)`: the kernel model
+    scaled to that call (`kernels.kernel_call_ns`), without the launch. Without it (a kernel the kernel model
+    cannot run) the roofline is used and the match says so (`k["kernel_time"] = "roofline"`). `itemsize`
+    (aligned with `ops`, bytes per element of each op's first input) picks the dtype the kernel runs in; 2
+    (16-bit) where it is not known.
 
-    Op-level matches (an aten op a kernel implements) save the gap to the op's own roofline. Module-level
-    matches (RMSNorm, gated MLP, attention) replace every op the module ran: per call (a contiguous run of
-    the module's ops), a fused kernel reads the first op's operands and writes the last op's results once,
-    so the saving is the module's modeled time (with its launch overheads) minus that per-call roofline
-    plus one launch (`launch_ns`). Never negative.
+    Op-level matches (an aten op a kernel implements) save the gap to the kernel's time for the op's own work
+    (one launch either way). Module-level matches (RMSNorm, gated MLP, attention) replace every op the module
+    ran: per call (a contiguous run of the module's ops), a fused kernel reads the first op's operands and
+    writes the last op's results once, so the saving is the module's modeled time (with its launch overheads)
+    minus the kernel's time for that call plus one launch (`launch_ns`). Never negative.
     """
     has_launch = "launch_ns" in ops
     # the columns as arrays once: a DataFrame selection per kernel match costs more than the arithmetic
@@ -118,19 +120,25 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
     device_col = ops["device_ns"].to_numpy()
     seq_col = ops["seq"].to_numpy()
     launch_col = ops["launch_ns"].to_numpy() if has_launch else None
+    size_col = np.full(len(ops), 2, dtype=np.int64) if itemsize is None else np.asarray(itemsize, dtype=np.int64)
+
+    def fused_ns(kernel: str, flops: float, nbytes: float, size: int) -> tuple[float, bool]:
+        t = kernel_ns(kernel, flops, nbytes, size) if kernel_ns is not None else None
+        return (float(t), True) if t is not None else (_roofline_ns(flops, nbytes, roofs), False)
+
     for h in hot:
         for k in h.kernels:
             pattern = str(k.get("pattern") or "")
             if k.get("kind") == "candidate" and not k.get("file"):
                 k["saving_ns"] = None  # a kernel outside this repo (e.g. the NKI Library): not modeled here
                 continue
-            factor = kernel_factor(str(k.get("kernel"))) if kernel_factor is not None else None
-            k["kernel_time"] = "kernel model" if factor else "roofline"
-            factor = factor or 1.0
+            kernel = str(k.get("kernel"))
             if pattern.startswith("aten::") or not h.module:
                 sel = (op_col == h.op) & (module_col == h.module)
-                fused = factor * _roofline_ns(float(flops_col[sel].sum()), float(bytes_col[sel].sum()), roofs)
+                size = int(size_col[sel][0]) if sel.any() else 2
+                fused, modeled = fused_ns(kernel, float(flops_col[sel].sum()), float(bytes_col[sel].sum()), size)
                 spent = float(device_col[sel].sum())
+                k["kernel_time"] = "kernel model" if modeled else "roofline"
                 k["saving_ns"] = float(min(spent, max(0.0, spent - fused)))
                 k["replaces_ns"] = spent
                 k["scope"] = "op"
@@ -155,8 +163,12 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             b = bytes_col[rows]
             f = flops_col[rows]
             cf = np.concatenate([[0.0], np.cumsum(f)])
-            fused = sum(factor * _roofline_ns(cf[e + 1] - cf[s], b[s] + b[e], roofs) + launch_ns
-                        for s, e in zip(starts, ends))
+            fused, modeled = 0.0, True
+            for s, e in zip(starts, ends):
+                t, m = fused_ns(kernel, cf[e + 1] - cf[s], b[s] + b[e], int(size_col[rows[s]]))
+                fused += t + launch_ns
+                modeled &= m
+            k["kernel_time"] = "kernel model" if modeled else "roofline"
             spent = float(device_col[rows].sum()) + (float(launch_col[rows].sum()) if has_launch else 0.0)
             k["saving_ns"] = float(min(spent, max(0.0, spent - fused)))
             k["replaces_ns"] = spent
