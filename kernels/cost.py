@@ -29,10 +29,12 @@ A kernel runs on ONE PHYSICAL NeuronCore (`ChipSpec.core(lnc=1)`; the interprete
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
 from neuron_studio.hardware import ChipSpec, CoreFigures, SpecError, chip_spec
+from neuron_studio.profiler.model.calibration import calibration_summary_or_none
 from neuron_studio.profiler.model.config import ModelConfig
 from neuron_studio.profiler.model.list_schedule import GapQueue
 
@@ -40,7 +42,7 @@ from .interpreter.access import Span
 from .interpreter.dtypes import itemsize
 from .interpreter.trace import ENGINES, Instruction, KernelTrace
 
-__all__ = ["KernelTiming", "LineTiming", "kernel_time", "roofline_ns", "kernel_core", "instruction_ns",
+__all__ = ["KernelTiming", "LineTiming", "kernel_time", "RANGED_FIGURES", "roofline_ns", "kernel_core", "instruction_ns",
            "DmaShape", "dma_shape"]
 
 _FP32 = ("float32", "tfloat32")
@@ -74,7 +76,12 @@ class LineTiming:
 @dataclass
 class KernelTiming:
     """Modeled time of one kernel call: `total_ns` is the end of the schedule plus the launch preamble;
-    `per_engine_ns` is each engine's busy time (engines overlap, so they do not add up to the total)."""
+    `per_engine_ns` is each engine's busy time (engines overlap, so they do not add up to the total).
+
+    `calibration` says how the kernel model compares with `chip`'s published measurements ("not validated against
+    a measurement" for a chip without one). `range_ns` is (low, high) of `total_ns` over the ranges of the chip's
+    assumed figures the kernel model reads (`assumptions`: figure -> (value used, low, high)); it is filled for a
+    chip that is not validated, or when `kernel_time(..., ranges=True)` asks for it, else None."""
 
     kernel: str
     chip: str
@@ -82,6 +89,10 @@ class KernelTiming:
     per_engine_ns: dict[str, float] = field(default_factory=dict)
     per_line: list[LineTiming] = field(default_factory=list)
     launch_overhead_ns: float = 0.0
+    calibration: str = ""
+    validated: bool = False
+    range_ns: tuple[float, float] | None = None
+    assumptions: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     @property
     def bound_engine(self) -> str:
@@ -90,6 +101,25 @@ class KernelTiming:
 
     def utilization(self, engine: str) -> float:
         return self.per_engine_ns.get(engine, 0.0) / self.total_ns if self.total_ns else 0.0
+
+    def describe(self) -> str:
+        """One line: the modeled time, its range and the assumptions behind it, and the calibration statement."""
+        text = f"{self.kernel}: {self.total_ns / 1e3:.1f} µs modeled on {self.chip}"
+        if self.range_ns is not None:
+            lo, hi = self.range_ns
+            named = ", ".join(f"{k} {v[1]:g}–{v[2]:g} (used {v[0]:g})" for k, v in self.assumptions.items())
+            text += f", range {lo / 1e3:.1f}–{hi / 1e3:.1f} µs" + (f" over the assumed {named}" if named else "")
+        return f"{text}; {self.calibration}" if self.calibration else text
+
+
+# The chip figures the kernel model reads that a spec may give as an assumed range, and which way each moves the
+# time: +1 a higher value is slower, -1 a higher value is faster (a DMA transpose's share of the DMA rate).
+RANGED_FIGURES: dict[str, int] = {
+    "dma_descriptor_overhead_ns": +1,
+    "dge_instruction_ns": +1,
+    "dma_transpose_hbm_percent": -1,
+    "dma_transpose_sbuf_percent": -1,
+}
 
 
 def _narrow(dtype: str) -> bool:
@@ -293,11 +323,9 @@ class _KernelSchedule:
         return last
 
 
-def kernel_time(trace: KernelTrace, chip: str | None = None, config: ModelConfig | None = None) -> KernelTiming:
-    """Model the time of `trace` on `chip` (default: the chip the trace was recorded for)."""
-    chip = chip or trace.chip
-    cfg = config or ModelConfig()
-    spec, core = kernel_core(chip)
+def _schedule(trace: KernelTrace, spec: ChipSpec, core: CoreFigures
+              ) -> tuple[float, dict[str, float], dict[tuple[str, int], list[float]]]:
+    """The schedule of `trace` on one core of `spec`: its end, each engine's busy time, busy time per line."""
     pmax = int(spec.partition_max)
     busy = {e: 0.0 for e in ENGINES}
     lines: dict[tuple[str, int], list[float]] = defaultdict(lambda: [0.0, 0])
@@ -323,10 +351,46 @@ def kernel_time(trace: KernelTrace, chip: str | None = None, config: ModelConfig
         spill = dma_shape(trace.spill_bytes, (0, pmax), 2 * pmax, spec)
         sched.background(spill)
         busy["dma"] += spill.engine_ns * spill.engines / sched.n_dma
+    return sched.end, busy, lines
+
+
+def _range_ends(spec: ChipSpec) -> tuple[ChipSpec, ChipSpec, dict[str, tuple[float, float, float]]]:
+    """`spec` at the fast and the slow end of its ranged figures the kernel model reads, and those figures."""
+    fast: dict[str, float] = {}
+    slow: dict[str, float] = {}
+    used: dict[str, tuple[float, float, float]] = {}
+    for name, sign in RANGED_FIGURES.items():
+        if name not in spec.ranges or getattr(spec, name, None) is None:
+            continue
+        lo, hi = spec.ranges[name]
+        used[name] = (float(getattr(spec, name)), float(lo), float(hi))
+        fast[name], slow[name] = (lo, hi) if sign > 0 else (hi, lo)
+    return dataclasses.replace(spec, **fast), dataclasses.replace(spec, **slow), used
+
+
+def kernel_time(trace: KernelTrace, chip: str | ChipSpec | None = None, config: ModelConfig | None = None, *,
+                ranges: bool | None = None) -> KernelTiming:
+    """Model the time of `trace` on `chip` (default: the chip the trace was recorded for).
+
+    `ranges`: also model the kernel at both ends of the chip's assumed figures (`KernelTiming.range_ns`); by
+    default only for a chip no published measurement validates (Trn3), whose figures are spec-derived."""
+    chip = chip or trace.chip
+    cfg = config or ModelConfig()
+    spec, core = kernel_core(chip)
+    end, busy, lines = _schedule(trace, spec, core)
     per_line = sorted((LineTiming(f, ln, v[0], int(v[1])) for (f, ln), v in lines.items()), key=lambda t: -t.ns)
     launch = cfg.kernel_launch_overhead_ns if trace.instructions else 0.0
-    return KernelTiming(kernel=trace.kernel, chip=chip, total_ns=sched.end + launch, per_engine_ns=busy,
-                        per_line=per_line, launch_overhead_ns=launch)
+    cal = calibration_summary_or_none(spec.name)
+    validated = bool(cal and cal.validated)
+    timing = KernelTiming(kernel=trace.kernel, chip=spec.name, total_ns=end + launch, per_engine_ns=busy,
+                          per_line=per_line, launch_overhead_ns=launch, validated=validated,
+                          calibration=cal.text if cal else "no calibration data set")
+    if ranges or (ranges is None and not validated):
+        fast, slow, used = _range_ends(spec)
+        timing.assumptions = used
+        timing.range_ns = (_schedule(trace, fast, fast.core(1))[0] + launch,
+                           _schedule(trace, slow, slow.core(1))[0] + launch) if used else (timing.total_ns,) * 2
+    return timing
 
 
 def roofline_ns(flops: float, nbytes: float, chip: str | ChipSpec = "trn2", dtype: str = "bfloat16") -> float:

@@ -601,3 +601,49 @@ def test_dma_transposes_run_at_the_documented_fraction_of_the_dma_rate() -> None
     assert sbuf_t.engine_ns - 8 * o == pytest.approx((copy.engine_ns - o) / 0.5)  # 8 SBUF row runs per engine
     with pytest.raises(NkiRuleError, match="Trainium2"):
         _transposes.run(a, chip="trn1")
+
+
+# -- kernel time ranges on a chip without a measurement -------------------------------------------------------
+def _swiglu_trace(chip: str):
+    import torch
+
+    from neuron_studio import kernels as K
+
+    g = torch.Generator().manual_seed(2)
+    args = [(torch.randn(*s, generator=g) * 0.1).to(torch.bfloat16) for s in ((256, 256), (256, 512), (256, 512),
+                                                                              (512, 256))]
+    return K.run(K.swiglu_mlp_kernel, *args, chip=chip)[1]
+
+
+def test_a_trn3_kernel_time_is_a_range_over_its_assumed_figures_and_says_not_validated() -> None:
+    from neuron_studio import kernels as K
+    from neuron_studio.kernels.cost import RANGED_FIGURES
+
+    spec = chip_spec("trn3")
+    t = K.kernel_time(_swiglu_trace("trn3"))
+    assert not t.validated and "not validated against a measurement" in t.calibration
+    assert set(t.assumptions) == {k for k in RANGED_FIGURES if k in spec.ranges}
+    assert t.assumptions["dge_instruction_ns"] == (spec.dge_instruction_ns, *spec.ranges["dge_instruction_ns"])
+    lo, hi = t.range_ns
+    assert lo < t.total_ns < hi
+    # each end is the model at the matching end of every assumed figure (slow: more overhead, slower transposes)
+    slow = {k: (spec.ranges[k][1] if sign > 0 else spec.ranges[k][0]) for k, sign in RANGED_FIGURES.items()
+            if k in spec.ranges}
+    fast = {k: (spec.ranges[k][0] if sign > 0 else spec.ranges[k][1]) for k, sign in RANGED_FIGURES.items()
+            if k in spec.ranges}
+    trace = _swiglu_trace("trn3")
+    assert K.kernel_time(trace, chip_spec("trn3", overrides=slow)).total_ns == pytest.approx(hi)
+    assert K.kernel_time(trace, chip_spec("trn3", overrides=fast)).total_ns == pytest.approx(lo)
+    text = t.describe()
+    assert "not validated" in text and "dge_instruction_ns 300–900" in text and f"{hi / 1e3:.1f} µs" in text
+
+
+def test_a_validated_chip_states_its_calibration_and_gives_a_range_only_on_request() -> None:
+    from neuron_studio import kernels as K
+
+    trace = _swiglu_trace("trn2")
+    t = K.kernel_time(trace)
+    assert t.validated and t.range_ns is None and t.calibration == calibration_summary("trn2").text
+    r = K.kernel_time(trace, ranges=True)
+    assert r.total_ns == t.total_ns and "dma_descriptor_overhead_ns" in r.assumptions
+    assert r.range_ns[0] <= r.total_ns <= r.range_ns[1]
