@@ -124,7 +124,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "timeline": {"start_ns": util["start_ns"].tolist(), "end_ns": util["end_ns"].tolist(),
                      **{e: [round(float(x), 4) for x in util[e]] for e in engines}} if not no_timeline else None,
         "timeline_note": no_timeline,
-        "trace_view": trace_overview(prof),
+        "trace_view": _trace_view(prof, sized),
         "hot_ops": hot,
         "op_table": [{"op": r.key, "count": finite_float(r.count / steps),
                       "device_ns": finite_float(r.per_step_device_ns),
@@ -164,6 +164,17 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         + ([no_timeline] if no_timeline else []),
         "provenance": _provenance(meta),
     })
+
+
+def _trace_view(prof: Any, sized: bool) -> dict[str, Any] | None:
+    """The trace overview; for ops recorded without shapes, with a note saying its device lanes are not the ops' time
+    (the model drew them from launch costs alone: it could not size the ops) and where the measured time is."""
+    tv = trace_overview(prof)
+    if tv is not None and not sized:
+        tv["note"] = (f"This trace's ops were recorded without input shapes, so the model cannot size them: the "
+                      f"device lanes below are drawn from launch costs alone on a modeled clock, not the time the "
+                      f"ops took. The Op table and Hot path rank by {prof.hot_basis}.")
+    return tv
 
 
 def _timeline_not_captured(prof: Any) -> str | None:

@@ -387,3 +387,49 @@ def test_host_sync_row_names_its_line_in_the_one_source_format(tmp_path) -> None
     finally:
         session().use_store(None)
         shell.reset(new_session=False)
+
+
+def test_fused_optimizer_row_inserts_a_cell_that_runs_it_fused(tmp_path) -> None:  # noqa: ANN001
+    """The fused-optimizer row of a `%%neuron` cell is a cell change: its cell rebuilds the cell's optimizer fused
+    once (the body runs --warmup + --steps times) and runs the step; running that cell records the fused step the
+    row predicted."""
+    from IPython.testing import globalipapp
+
+    from neuron_studio.session import session
+
+    shell = globalipapp.get_ipython()
+    session().use_store(tmp_path)
+    shell.run_line_magic("load_ext", "neuron_studio")
+    try:
+        assert shell.run_cell(
+            "import torch\ntorch.manual_seed(0)\n"
+            "model = torch.nn.Sequential(torch.nn.Linear(512, 2048), torch.nn.GELU(), torch.nn.Linear(2048, 512))"
+            ".to('neuron')\nopt = torch.optim.AdamW(model.parameters(), lr=3e-4)\n"
+            "x = torch.randn(32, 512, device='neuron')\n").success
+        res = shell.run_cell("%%neuron --mode adaptive --steps 2 --name adamw-step\n"
+                             "loss = model(x).pow(2).mean()\nloss.backward()\nopt.step()\nopt.zero_grad()")
+        assert res.success, res.error_in_exec
+        prof = res.result
+        row = prof.what_if(chips=["trn2"]).set_index("variant").loc["fused AdamW"]
+        assert row["run"] == "opt = torch.optim.AdamW(model.parameters(), lr=0.0003, fused=True)"
+        cell = row["cell"]
+        assert cell.splitlines()[0] == f"%%neuron --mode adaptive --steps 2 --name adamw-step-fused --compare {prof.run_id}"
+        assert "    opt = torch.optim.AdamW(model.parameters(), lr=0.0003, fused=True)" in cell.splitlines()
+        assert cell.endswith("loss = model(x).pow(2).mean()\nloss.backward()\nopt.step()\nopt.zero_grad()")
+        ran = shell.run_cell(cell)
+        assert ran.success, ran.error_in_exec
+        fused = ran.result
+        assert shell.user_ns["opt"].defaults["fused"] is True
+        names = fused.trace.ops["name"]
+        assert (names == "aten::_fused_adamw_").sum() == 2                      # one fused update per profiled step
+        assert not fused.trace.ops["name"].str.contains("addcdiv").any()
+        assert row["step_time_ns"] == pytest.approx(fused.step_time_ns, rel=0.02)
+        # a compiled cell gets the line only (its body is one traced function, not run once per step)
+        from neuron_studio.profiler.analysis.code_changes import _fused_cell
+
+        opts = {"opt": {"class": "AdamW", "constructor": "torch.optim.AdamW(model.parameters(), fused=True)"}}
+        assert _fused_cell("AdamW", opts, {"source": "%%neuron --mode compile\nopt.step()"}, 1) is None
+        assert _fused_cell("AdamW", opts, {"source": "%%neuron --mode eager\nopt.step()"}, 1) is not None
+    finally:
+        session().use_store(None)
+        shell.reset(new_session=False)

@@ -69,6 +69,23 @@ def test_op_table_without_shapes_ranks_by_measured_gpu_time():
     assert "Ranked by measured GPU time" in page and "GPU/step (measured)" in page
 
 
+def test_timeline_of_a_trace_without_shapes_says_its_device_lanes_are_not_the_ops_time():
+    """Old code: the Timeline tab drew the modeled device lanes of unsized ops (launch costs alone) as if they were
+    the ops' time, with no word that the ops were never sized."""
+    from neuron_studio.ui.html import render_html
+
+    s = _profile(_no_shapes_gpu_trace()).to_summary()
+    tv = s["trace_view"]
+    assert tv is not None and tv["lanes"]
+    assert "recorded without input shapes" in tv["note"] and "measured GPU time" in tv["note"]
+    page = render_html(s)
+    assert "ns-trace-unsized" in page and "not the time the ops took" in page
+    evs = [_x("aten::mm", "cpu_op", 0, 10, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]})]
+    sized = _profile({"traceEvents": evs}).to_summary()
+    assert sized["trace_view"] is not None and "note" not in sized["trace_view"]
+    assert "ns-trace-unsized" not in render_html(sized)
+
+
 def test_op_table_with_shapes_stays_modeled():
     evs = [_x("aten::mm", "cpu_op", 0, 10, **{"Input Dims": [[64, 64], [64, 64]], "Input type": ["float", "float"]})]
     t = _profile({"traceEvents": evs}).op_table()

@@ -1,6 +1,6 @@
 /**
  * The What if tab: the recorded ops re-modeled in each mode, on each chip and with each suggested NKI kernel
- * (predicted step time with its range, speedup, MFU, cost per 1,000 steps, how well it is known) and, per row, the
+ * (predicted step time with its range, speedup, MFU, cost per 1M steps, how well it is known) and, per row, the
  * line that runs it for real with Copy, and (in JupyterLab, for a profile of a notebook `%%neuron` cell) "Insert &
  * run" / "Insert": a new cell below the profiled cell holding it with the row's change, selected, run or not. The
  * profiled cell itself is never changed. Lays out the summary's `what_if` block.

@@ -1,6 +1,6 @@
 /**
  * GPU views of an imported CUDA/ROCm trace: the measured temporal and kernel breakdowns, and the same job
- * modeled on Trainium (per op and per step, what the port would hit, cost per 1,000 steps on both).
+ * modeled on Trainium (per op and per step, what the port would hit, cost per 1M steps on both).
  * Lays out `payload.gpu`; computes nothing.
  */
 import { Child, el, fmtNs, fmtPct, fmtUsd, table } from './dom';

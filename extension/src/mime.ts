@@ -186,7 +186,8 @@ function hotFix(op: IHotOp, actions: IProfileViewActions): HTMLElement | string 
         : `saves ~${fmtNs(k.saving_ns)}/step` + (isNum(k.replaces_ns)
           ? ` of ${scope.startsWith('module') ? `the module's ${fmtNs(k.replaces_ns)} (${scope})` : `this op's ${fmtNs(k.replaces_ns)}`}`
           : '') + ' (modeled)';
-    parts.push(el('div', {}, kernelLink(k, actions), note ? el('span', { class: 'ns-Muted', text: ` ${note}` }) : null));
+    // the note says the saving against what it replaces: the link does not say it again
+    parts.push(el('div', {}, kernelLink({ ...k, saving_ns: note ? null : k.saving_ns }, actions), note ? el('span', { class: 'ns-Muted', text: ` ${note}` }) : null));
   }
   return el('span', { class: 'ns-HotFix' }, ...parts);
 }

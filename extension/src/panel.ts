@@ -23,6 +23,7 @@ import {
 import { requestAPI } from './request';
 import { groupRuns, UNOWNED_GROUP, unownedKind } from './runs';
 import { JobTraceSource, ServerTraceSource } from './viewer/sources';
+import { unsizedNote } from './viewer/tab';
 import { TraceViewer } from './viewer/viewer';
 import { ITraceWindow } from './viewer/types';
 import {
@@ -235,9 +236,11 @@ export class ProfilerPanel extends Widget {
   /** The trace viewer on the stored run, served level-of-detail per window by the server. */
   private _traceViewer(runId: number, summary: IProfilePayload | null): { node: HTMLElement; viewer: TraceViewer } {
     const actions = this._actions;
+    const overview = (summary?.trace_view ?? null) as ITraceWindow | null;
     const viewer = new TraceViewer(new ServerTraceSource(runId, this._path!), {
       // drawn while the server reads the run's table for its first answer
-      overview: (summary?.trace_view ?? null) as ITraceWindow | null,
+      overview,
+      note: unsizedNote(overview),
       sourceLink: src => sourceLink(src, actions),
       kernelLink: name => {
         const hot = summary?.hot_ops?.find(h => h.op === name && h.kernel);

@@ -148,6 +148,27 @@ def fmt_signed(x: float | None, suffix: str = "%") -> str:
     return "—" if x is None else f"{'+' if x > 0 else ''}{x:.1f}{suffix}"
 
 
+def assert_line_in_view(page, scroller: str, line: str, timeout: float = 10_000) -> None:  # noqa: ANN001
+    """Wait until the element `line` inside the scrolling box `scroller` is wholly inside that box's visible area
+    (a source line opened at a location must not be half hidden at an edge); fail naming both boxes if not."""
+    script = """([scroller, line]) => {
+        const box = document.querySelector(scroller);
+        const row = box && box.querySelector(line);
+        if (!row) return false;
+        const a = row.getBoundingClientRect(), b = box.getBoundingClientRect();
+        return a.height > 0 && a.top >= b.top && a.bottom <= b.bottom;
+    }"""
+    try:
+        page.wait_for_function(script, arg=[scroller, line], timeout=timeout)
+    except Exception as exc:  # playwright's TimeoutError: say where the line is
+        where = page.evaluate("""([scroller, line]) => {
+            const box = document.querySelector(scroller);
+            const row = box && box.querySelector(line);
+            return row ? [row.getBoundingClientRect().toJSON(), box.getBoundingClientRect().toJSON()] : null;
+        }""", [scroller, line])
+        raise AssertionError(f"{line} not wholly visible in {scroller}: (line box, visible box) = {where}") from exc
+
+
 def cursor(page) -> dict:  # noqa: ANN001
     """Path, 0-based cursor line and its text of the current widget's editor (file editor or active cell)."""
     return page.evaluate(

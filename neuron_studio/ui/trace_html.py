@@ -115,4 +115,4 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
     return {"rows": rows, "width": width, "height": height + 16, "axis_y": height + 12, "plot_top": TOP,
             "plot_bottom": height, "label_w": LABEL_W, "ticks": ticks, "steps": steps, "flows": flows,
             "total_ops": tv.get("total_ops"), "span": fmt_ns(span), "clock": tv.get("clock") or "modeled",
-            "not_drawn": bad}
+            "not_drawn": bad, "note": str(tv["note"]) if isinstance(tv.get("note"), str) else None}

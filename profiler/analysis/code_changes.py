@@ -118,10 +118,12 @@ def _optimizer_tensors(group: pd.DataFrame, param_ids: set[str]) -> tuple[list[t
     return params, (round(len(state) / len(params)) if params else 0)
 
 
-def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None = None) -> CodeChange | None:
+def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None = None, cell: dict | None = None,
+                    run_id: Any = None) -> CodeChange | None:
     """The step with the optimizer fused, or None (no optimizer of a fused kind in the trace, already fused, or the
     trace lacks the storages its ops read and wrote). `optimizers`: the profiled cell's optimizer variables
-    (`meta["cell"]["optimizers"]`: class, constructor line), for the exact line."""
+    (`meta["cell"]["optimizers"]`: class, constructor line), for the exact line; with the profiled `cell` too, the
+    new `%%neuron` cell that rebuilds the optimizer fused before its step (`_fused_cell`)."""
     need = {"phase", "module", "reads", "writes", "is_inplace", "input_shapes", "input_dtypes"}
     if not len(trace_ops) or not need <= set(trace_ops.columns):
         return None
@@ -179,7 +181,7 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
     line, where = _optimizer_line(cls, optimizers)
     targets = frozenset(zip(trace_ops.loc[drop, "name"].astype(str), trace_ops.loc[drop, "module"].astype(str)))
     return CodeChange("fused_optimizer", f"fused {cls}", line, where, ops, FUSED_BASIS, ("launch", "compute"),
-                      targets=targets)
+                      cell=_fused_cell(cls, optimizers, cell, run_id), targets=targets)
 
 
 def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, str]:
@@ -189,6 +191,32 @@ def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, 
             return f"{var} = {o['constructor']}", f"where {var} is built; then run the step again"
     return (f"torch.optim.{cls}(params, ..., fused=True)",
             f"where the {cls} optimizer is built: add fused=True to its arguments")
+
+
+def _fused_cell(cls: str, optimizers: dict[str, dict] | None, cell: dict | None, run_id: Any) -> str | None:
+    """The profiled cell rebuilding its optimizer variable fused once, before its first step: its body is run
+    --warmup + --steps times, so the rebuild is guarded by the optimizer's own `fused` setting. None when the cell or
+    the optimizer's variable and constructor are not known, or the cell is compiled (then the line alone, with Copy).
+
+    A rebuilt optimizer starts its state again (moments, step counts), as the constructor line does wherever it goes;
+    the variable keeps the fused optimizer after the cell."""
+    from neuron_studio.profiler.analysis import variant_cell as _vc
+
+    if not cell or not isinstance(cell.get("source"), str):
+        return None
+    var, ctor = next(((v, o["constructor"]) for v, o in (optimizers or {}).items()
+                      if o.get("class") == cls and o.get("constructor")), (None, None))
+    if var is None:
+        return None
+    options, body = _vc.split_cell(cell["source"])
+    if options is not None and _vc.parse_magic_options(options).get("mode") == "compile":
+        return None   # a compiled cell body is one function: a rebuild inside it would be traced, not run once
+    guard = (f'if not {var}.defaults.get("fused"):  # once: {var} rebuilt as a fused {cls} (its state starts again)\n'
+             f"    {var} = {ctor}")
+    if options is None:
+        return guard + "\n" + body
+    head = _vc.variant_magic_line(options, _vc.MAGIC, compare=run_id, name_suffix="fused")
+    return head + "\n" + guard + "\n" + body
 
 
 #: Ops autocast runs in FP32 whatever their inputs (torch/amp autocast's fp32 list, the reductions and losses a
@@ -409,7 +437,7 @@ def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: A
     `kinds`: each op's kind (`profiler.op_kinds`, row i of `trace_ops`)."""
     cell = cell if isinstance(cell, dict) else None
     text = _source_text(cell)
-    out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers")), autocast_bf16(trace_ops, cell, run_id, kinds),
+    out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers"), cell, run_id), autocast_bf16(trace_ops, cell, run_id, kinds),
            host_syncs(trace_ops, text, kinds)]
     return [c for c in out if c is not None]
 

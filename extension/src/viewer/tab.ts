@@ -26,7 +26,13 @@ export function traceTab(
     return path && runId !== null ? new ServerTraceSource(runId, path) : null;
   });
   // the overview at once; the stored run's whole-run answer (or, without one, the overview again) replaces it
-  const viewer = new TraceViewer(source, { sourceLink, kernelLink, overview });
+  const viewer = new TraceViewer(source, { sourceLink, kernelLink, overview, note: unsizedNote(overview) });
   box.appendChild(viewer.node);
   return box;
+}
+
+/** The summary's note on a trace whose ops were recorded without shapes (its device lanes are not the ops' time). */
+export function unsizedNote(overview: ITraceWindow | null): string | undefined {
+  const note = (overview as { note?: unknown } | null)?.note;
+  return typeof note === 'string' && note ? `⚠ ${note}` : undefined;
 }
