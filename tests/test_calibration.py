@@ -647,3 +647,36 @@ def test_a_validated_chip_states_its_calibration_and_gives_a_range_only_on_reque
     r = K.kernel_time(trace, ranges=True)
     assert r.total_ns == t.total_ns and "dma_descriptor_overhead_ns" in r.assumptions
     assert r.range_ns[0] <= r.total_ns <= r.range_ns[1]
+
+
+# -- all-reduce algorithms (Trn2) ------------------------------------------------------------------------------
+def test_the_all_reduce_algorithm_follows_the_published_switch_points() -> None:
+    """The 16-rank --show-algorithm example (nccom-test.rst @81ce03ae) names the algorithm the runtime used at each
+    size; the model's per-rank thresholds (specs.json, from intranode-collective-comm.rst's sweet ranges) pick the
+    same one at every size."""
+    from neuron_studio.profiler.model.ops import allreduce_algorithm
+
+    spec = chip_spec("trn2")
+    rows = [r for r in load_calibration() if r.id.startswith("nccom_trn2_allreduce_16r_") and "algorithm" in r.config]
+    assert len(rows) == 6
+    for r in rows:
+        got = allreduce_algorithm(r.config["ranks"], r.config["bytes"], spec.core(None).cores_per_chip,
+                                  spec.allreduce_mesh_max_chunk_bytes, spec.allreduce_rdh_max_chunk_bytes)
+        assert got == r.config["algorithm"], r.id
+
+
+def test_all_reduce_hops_by_algorithm_and_where_each_applies() -> None:
+    """Mesh O(1), RDH O(log chips), KangaRing a ring of N/2 primaries, Ring 2(N-1) (intranode-collective-comm.rst);
+    ranks on one chip and chips without switch points (trn1, trn3) stay on Ring."""
+    from neuron_studio.profiler.model.ops import allreduce_algorithm, allreduce_steps
+
+    assert [allreduce_steps(a, 64, 4) for a in ("mesh", "rdh", "kangaring", "ring")] == [2, 10, 62, 126]
+    assert allreduce_algorithm(4, 1024, 4, 16384, 917504) == "ring"
+    assert allreduce_algorithm(64, 64 * 2**20, 4, None, None) == "ring"
+    spec = chip_spec("trn2")
+    for ranks, nbytes, algo in ((16, 1024, "mesh"), (64, 4 * 2**20, "rdh"), (64, 256 * 2**20, "kangaring")):
+        e = ev(1, "c10d::allreduce_", ins=((nbytes // 4,),), transfer_bytes=nbytes)
+        got = float(model_run([e], chip="trn2", world_size=ranks, local_world_size=ranks).ops["duration_ns"][0])
+        link = 2 * (ranks - 1) / ranks * nbytes / spec.collective_bus_bandwidth_bytes_per_s * 1e9
+        want = spec.allreduce_latency_ns + allreduce_steps(algo, ranks, 4) * spec.collective_hop_latency_ns + link
+        assert got == pytest.approx(want, rel=1e-9), algo

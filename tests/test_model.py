@@ -392,16 +392,22 @@ def test_collectives_are_charged_per_rank_with_ring_factors_and_published_latenc
     nbytes = 64 * 2**20
     coll = dataclasses.replace(ev(1, "c10d::allreduce_", ins=((nbytes // 4,),), outs=((nbytes // 4,),)),
                                transfer_bytes=nbytes, tags=("collective",))
+    from neuron_studio.profiler.model.ops import allreduce_algorithm, allreduce_steps
+
     spec = chip_spec("trn2")
-    bw, lat = spec.collective_bus_bandwidth_bytes_per_s, spec.collective_latency_ns
+    bw, lat = spec.collective_bus_bandwidth_bytes_per_s, spec.allreduce_latency_ns
+    per_chip = spec.core(None).cores_per_chip
     for world, factor in ((2, 1.0), (4, 1.5), (8, 1.75)):
         run = model_run([coll], chip="trn2", mode="eager", world_size=world)
         dur = float(run.ops["duration_ns"][0])
         assert run.ops["engine"][0] == "dma" and run.ops["bound"][0] == "memory"
-        hops = 2 * (world - 1) * spec.collective_hop_latency_ns
+        algo = allreduce_algorithm(world, nbytes, per_chip, spec.allreduce_mesh_max_chunk_bytes,
+                                   spec.allreduce_rdh_max_chunk_bytes)
+        assert algo == ("ring" if world <= per_chip else "kangaring")   # 64 MiB: 8 MiB per rank
+        hops = allreduce_steps(algo, world, per_chip) * spec.collective_hop_latency_ns
         assert dur == pytest.approx(nbytes * factor / bw * 1e9 + lat + hops, rel=1e-9)
     single = model_run([coll], chip="trn2", mode="eager", world_size=1)
-    assert float(single.ops["duration_ns"][0]) == pytest.approx(lat)  # one rank: no traffic
+    assert float(single.ops["duration_ns"][0]) == pytest.approx(spec.collective_latency_ns)  # one rank: no traffic
     two_nodes = model_run([coll], chip="trn2", mode="eager", world_size=16, local_world_size=8)
     inter = nbytes * 2 * 15 / 16 / spec.internode_bus_bandwidth_bytes_per_s * 1e9 + spec.internode_collective_latency_ns
     assert float(two_nodes.ops["duration_ns"][0]) == pytest.approx(inter, rel=1e-9)

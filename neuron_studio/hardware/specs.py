@@ -115,6 +115,9 @@ class ChipSpec:
     scalar_static_overhead_cycles: float | None = None
     collective_latency_ns: float | None = None
     collective_hop_latency_ns: float | None = None    # per ring step of an intra-instance collective
+    allreduce_mesh_max_chunk_bytes: float | None = None  # intra-instance all-reduce: Mesh up to this B/N (None: Ring)
+    allreduce_rdh_max_chunk_bytes: float | None = None   # ... RDH up to this B/N, KangaRing above
+    allreduce_latency_ns: float | None = None  # fixed part of an intra-instance all-reduce (None: collective_latency_ns)
     collective_bus_bandwidth_bytes_per_s: float | None = None
     internode_collective_latency_ns: float | None = None
     internode_bus_bandwidth_bytes_per_s: float | None = None

@@ -142,6 +142,40 @@ def ring_steps(name: str, world_size: int) -> int:
     return 1
 
 
+ALLREDUCE_ALGORITHMS = ("ring", "mesh", "rdh", "kangaring")
+
+
+def allreduce_algorithm(world_size: int, nbytes: float, ranks_per_chip: int, mesh_max_chunk: float | None,
+                        rdh_max_chunk: float | None) -> str:
+    """The intra-instance all-reduce algorithm Trn2's runtime picks (neuron-runtime/explore/intranode-collective-
+    comm.rst: Mesh for small, RDH for mid-size, KangaRing for large buffers), by the buffer per rank against the
+    chip's thresholds (`ChipSpec.allreduce_*_max_chunk_bytes`); "ring" for a chip without them or ranks on one
+    chip (the algorithms route between chips)."""
+    n = max(1, int(world_size))
+    if mesh_max_chunk is None or rdh_max_chunk is None or n <= max(1, int(ranks_per_chip)):
+        return "ring"
+    chunk = float(nbytes) / n
+    return "mesh" if chunk <= mesh_max_chunk else "rdh" if chunk <= rdh_max_chunk else "kangaring"
+
+
+def allreduce_steps(algorithm: str, world_size: int, ranks_per_chip: int) -> int:
+    """Hops on the latency path of an all-reduce (= reduce-scatter + all-gather) by algorithm
+    (intranode-collective-comm.rst @81ce03ae): Mesh one routed hop each way (2; 'from 2 to 1' for its single-step
+    variant); RDH an intra-chip stage + log2(chips) recursive steps each way; KangaRing a ring of the N/2 primary
+    ranks ('per-hop latency is cut by half when compared with Ring'); Ring 2(N-1)."""
+    n = max(1, int(world_size))
+    if n == 1:
+        return 0
+    if algorithm == "mesh":
+        return 2
+    if algorithm == "rdh":
+        chips = -(-n // max(1, int(ranks_per_chip)))
+        return 2 * (1 + max(1, math.ceil(math.log2(chips))))
+    if algorithm == "kangaring":
+        return 2 * max(1, n // 2 - 1)
+    return 2 * (n - 1)
+
+
 def dtype_itemsize(dtype: str) -> int:
     """Bytes per element of a dtype name ('bfloat16', 'torch.float32'); unknown names count as 4."""
     return _ITEMSIZE.get(dtype.rsplit(".", 1)[-1], 4)

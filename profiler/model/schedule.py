@@ -24,7 +24,8 @@ from neuron_studio.profiler import op_kinds  # op_kinds.HOST_MASK_OPS: device op
 from neuron_studio.hardware import ChipSpec, SpecError
 from neuron_studio.profiler.model.columns import ATTN_CAUSAL, ATTN_DROPOUT
 from neuron_studio.profiler.model.ops import (
-    DTYPE_CLASSES, ENGINE_CODE, ENGINES, base_name, classify_engine, collective_factor, ring_steps,
+    DTYPE_CLASSES, ENGINE_CODE, ENGINES, allreduce_algorithm, allreduce_steps, base_name, classify_engine,
+    collective_factor, ring_steps,
 )
 
 __all__ = ["CoreRates", "core_rates", "Schedule", "schedule", "retime", "REASONS", "BOUNDS"]
@@ -60,6 +61,9 @@ class CoreRates:
     collective_bytes: float = 0.0              # per-rank bus bandwidth within one instance (bytes/s)
     internode_latency_ns: float = 0.0          # published collective latency across instances
     internode_bytes: float = 0.0               # per-rank bus bandwidth across instances (bytes/s)
+    allreduce_mesh_max_chunk: float | None = None  # all-reduce algorithm switch points (None: Ring at every size)
+    allreduce_rdh_max_chunk: float | None = None
+    allreduce_latency_ns: float | None = None  # fixed part of an intra-instance all-reduce (None: collective_latency_ns)
 
 
 def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
@@ -85,6 +89,9 @@ def core_rates(spec: ChipSpec, config: ModelConfig) -> CoreRates:
         collective_bytes=spec.collective_bus_bandwidth_bytes_per_s or 0.0,
         internode_latency_ns=spec.internode_collective_latency_ns or 0.0,
         internode_bytes=spec.internode_bus_bandwidth_bytes_per_s or 0.0,
+        allreduce_mesh_max_chunk=spec.allreduce_mesh_max_chunk_bytes,
+        allreduce_rdh_max_chunk=spec.allreduce_rdh_max_chunk_bytes,
+        allreduce_latency_ns=spec.allreduce_latency_ns,
         link_bytes=spec.neuronlink_bandwidth_bytes_per_s,
     )
 
@@ -120,6 +127,8 @@ class Schedule:
     link_bytes: np.ndarray | None = None  # bytes a collective puts on NeuronLink (ring factor applied)
     nodes: int = 1                        # instances the job spans (collectives cross EFA when > 1)
     collective_steps: np.ndarray | None = None  # ring steps of each collective (0 for other ops)
+    allreduce_bytes: np.ndarray | None = None   # an all-reduce's buffer per rank (NaN for other rows)
+    world_size: int = 1
     attention: np.ndarray | None = None   # int8 ATTN_* flags (causal halves the work; dropout draws host masks)
     host_mask_elems: np.ndarray | None = None  # random elements the host draws for this device op (dropout)
     rng_elems: np.ndarray | None = None   # random elements a CPU-fallback RNG op draws
@@ -257,6 +266,7 @@ def schedule(cols: OpColumns, config: ModelConfig, mode: str, world_size: int = 
         narrow=_take(cols.itemsize, order) <= 2, moved_bytes=out_b, host_ns=host_ns.astype(np.float64),
         in_bytes=in_b, out_bytes=out_b, link_bytes=_link_bytes(cols, order, world_size), nodes=nodes,
         collective_steps=_collective_steps(cols, order, world_size),
+        allreduce_bytes=_allreduce_bytes(cols, order), world_size=max(1, int(world_size)),
         attention=_take(cols.attention, order) if cols.attention is not None else np.zeros(n, dtype=np.int8),
         host_mask_elems=np.where(host_mask, elems, 0.0), rng_elems=np.where(is_rng, elems, 0.0),
         is_attention=_per_name(cols, order, lambda nm: "scaled_dot_product" in nm) & (eng_by_name == E_TENSOR),
@@ -362,12 +372,40 @@ def _link_bytes(cols: OpColumns, order: np.ndarray | None, world_size: int) -> n
     return _take(f * msg, order)
 
 
+def _allreduce_bytes(cols: OpColumns, order: np.ndarray | None) -> np.ndarray | None:
+    """Buffer bytes of each all-reduce row (NaN for other rows); None when the run has none."""
+    is_ar = np.asarray([str(nm).startswith("c10d::") and "allreduce" in base_name(str(nm)) for nm in cols.names],
+                       dtype=bool)
+    if not len(is_ar) or not is_ar.any():
+        return None
+    msg = np.where(cols.transfer_bytes > 0, cols.transfer_bytes, np.maximum(cols.in_bytes, cols.out_bytes))
+    return _take(np.where(is_ar[cols.name_code], msg, np.nan), order)
+
+
 def _collective_steps(cols: OpColumns, order: np.ndarray | None, world_size: int) -> np.ndarray | None:
     """Ring steps per row (each pays one hop latency); None when the run has no collective."""
     steps = np.asarray([ring_steps(str(nm), world_size) for nm in cols.names], dtype=np.float64)
     if not len(steps) or not steps.any():
         return None
     return _take(steps[cols.name_code], order)
+
+
+def allreduce_algorithms(s: Schedule, rates: CoreRates) -> list[str | None]:
+    """The intra-instance algorithm of each all-reduce row (None for other rows), as `retime` times it."""
+    if s.allreduce_bytes is None:
+        return [None] * len(s.engine)
+    return [None if np.isnan(b) else allreduce_algorithm(s.world_size, b, rates.logical_cores_per_chip,
+                                                          rates.allreduce_mesh_max_chunk, rates.allreduce_rdh_max_chunk)
+            for b in s.allreduce_bytes]
+
+
+def allreduce_path_steps(s: Schedule, rates: CoreRates, steps: np.ndarray) -> np.ndarray:
+    """`steps` with each all-reduce's hops replaced by those of the algorithm the runtime picks for its size."""
+    out = steps.copy()
+    for i, algo in enumerate(allreduce_algorithms(s, rates)):
+        if algo is not None:
+            out[i] = allreduce_steps(algo, s.world_size, rates.logical_cores_per_chip)
+    return out
 
 
 @dataclass(frozen=True)
@@ -453,7 +491,12 @@ def retime(s: Schedule, rates: CoreRates, config: ModelConfig, *, launch_overhea
         inter = s.nodes > 1
         bw = rates.internode_bytes if inter else rates.collective_bytes
         steps = np.zeros(n) if s.collective_steps is None else s.collective_steps
-        intra = rates.collective_latency_ns + steps * rates.collective_hop_ns  # fixed + one hop per ring step
+        if s.allreduce_bytes is not None and not inter:  # the runtime's algorithm by buffer size (Trn2)
+            steps = allreduce_path_steps(s, rates, steps)
+        fixed = np.full(n, rates.collective_latency_ns)
+        if s.allreduce_bytes is not None and rates.allreduce_latency_ns is not None and s.world_size > 1:
+            fixed = np.where(np.isnan(s.allreduce_bytes), fixed, rates.allreduce_latency_ns)
+        intra = fixed + steps * rates.collective_hop_ns  # fixed + one hop per step of the algorithm
         c_lat = (rates.internode_latency_ns if inter else intra) * config.collective_latency_scale
         if bw > 0:
             dur = np.where(coll, np.nan_to_num(s.link_bytes) / bw * 1e9 + c_lat, dur)
