@@ -116,6 +116,11 @@ def save_profile(store: RunStore, run_id: int, prof: Any) -> None:
     dev["step"] = host["step"].fillna(-1).astype("int32").to_numpy()
     dev["output_shapes"] = host["output_shapes"].fillna("").astype(str).to_numpy()
     store.save_table(run_id, "device_ops", dev[DEVICE_OPS_COLUMNS])
+    from neuron_studio.profiler.analysis.trace_overview import region_table
+
+    regions = region_table(prof)   # launched regions (adaptive/compile): the trace viewer draws their boundaries
+    if regions is not None:
+        store.save_table(run_id, "regions", regions)
 
 
 def _objects_as_str(df: pd.DataFrame) -> pd.DataFrame:

@@ -113,7 +113,7 @@ class Profile:
         self._variants: dict[tuple[str, str, int], tuple[pd.DataFrame, _wi.Variant]] = {}
         self._code_changes: list | None = None
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
-        self.ops["region_splits"] = _regions.region_boundary_counts(device_run.groups, len(self.ops))
+        self.ops["region_splits"] = _regions.region_boundary_counts(device_run.groups, self.ops)
 
     @classmethod
     def from_trace(cls, trace: Trace, *, chip: str | None = None, mode: str | None = None, config: Any = None,

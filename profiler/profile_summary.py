@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.analysis.fusion_regions import REGION_MODES, region_splits
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
 from neuron_studio.profiler.hardware_summary import hardware_block
@@ -19,6 +20,8 @@ from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 __all__ = ["profile_summary", "SUMMARY_VERSION"]
 
 SUMMARY_VERSION = 1
+#: Lines the op table lists under it where the user's code ends launch regions.
+_TOP_SPLITS = 10
 _TOP_TABLE = 30
 
 
@@ -131,10 +134,15 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                       "host_ns": finite_float(r.host_ns / steps), "flops": finite_float(r.flops / steps),
                       "bytes": finite_float(r.bytes / steps), "engine": r.engine, "bound": r.bound,
                       "share": finite_float(r.share),
+                      # launch regions this op ended per step (an in-place op, a host read...): adaptive/compile
+                      "region_splits": finite_float(r.region_splits / steps),
                       **({} if sized else _unsized_row(r))}
                      for r in table.itertuples(index=False)],
         # what the op table ranks by: "modeled device time", or measured GPU/host time when ops lack shapes
         "op_table_basis": table.attrs.get("basis", prof.hot_basis),
+        # where the user's code ends launch regions, with the fix (the op table lists them under the table)
+        "region_splits": region_splits(prof.fusion_regions(), steps)[:_TOP_SPLITS]
+        if prof.trace.mode in REGION_MODES else [],
         "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
                    "recompiles": int(len(rc))},
         "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,

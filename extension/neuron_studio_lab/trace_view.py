@@ -38,10 +38,15 @@ def _dictionary(column: Any) -> Any:
     return arr.dictionary_encode()
 
 
+#: The run's launched regions (adaptive-eager regions, ops run alone, compiled-graph executions), written by
+#: the studio for adaptive and compile runs: drawn as each core's "Launch regions" lane.
+REGIONS_TABLE = "regions"
+
+
 class PreparedTrace:
     """A run's lanes plus the columns answers need (names, seq), sized for the cache's byte budget."""
 
-    def __init__(self, table: Any, path: Any) -> None:
+    def __init__(self, table: Any, path: Any, regions: Any = None) -> None:
         lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
         vocabulary = core.studio_module("neuron_studio.profiler.vocabulary")
         self.path = path
@@ -69,7 +74,15 @@ class PreparedTrace:
         self.end_of_row = col("end_ns").astype(np.int64, copy=False)
         for i, lane in enumerate(self.lanes.lanes):
             (self.lane_of_row if lane.kind == "device" else self.host_lane_of_row)[lane.rows] = i
-        self.nbytes = int(self.lanes.nbytes + self.seq.nbytes * 6 + self.name_codes.nbytes)
+        # launched regions (None without a regions table): their lanes go before each core's engine lanes
+        self.region_cols: dict[str, np.ndarray] = {}
+        self.regions = None
+        if regions is not None and regions.num_rows:
+            self.region_cols = {c: regions.column(c).to_numpy(zero_copy_only=False) for c in regions.column_names}
+            self.regions = lod.region_lanes_from_columns(self.region_cols)
+        self.all_lanes = lod.with_region_lanes(self.lanes.lanes, self.regions)
+        self.nbytes = int(self.lanes.nbytes + self.seq.nbytes * 6 + self.name_codes.nbytes
+                          + (self.regions.nbytes * 4 if self.regions is not None else 0))
 
     def names_of(self, rows: np.ndarray) -> np.ndarray:
         return self.name_values[self.name_codes[rows]]
@@ -91,7 +104,16 @@ def _prepared(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int,
             raise core.ApiError(f"run {record.id}'s {core.DEVICE_OPS_TABLE} table lacks columns: {', '.join(missing)}")
         table = pq.read_table(path, columns=[c for c in TRACE_COLUMNS if c in present],
                               read_dictionary=["name", "engine"]).combine_chunks()
-        return PreparedTrace(table, path)
+        rpath = store.table_path(record.id, REGIONS_TABLE)
+        regions = None
+        if rpath.is_file():
+            lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
+            have = set(pq.read_schema(rpath).names)
+            missing = [c for c in lod.REGION_COLUMNS if c not in have]
+            if missing:
+                raise core.ApiError(f"run {record.id}'s {REGIONS_TABLE} table lacks columns: {', '.join(missing)}")
+            regions = pq.read_table(rpath, columns=list(lod.REGION_COLUMNS)).combine_chunks()
+        return PreparedTrace(table, path, regions)
 
     try:
         return record, (load() if cache is None else cache.get(path, load, kind=CACHE_KIND))
@@ -121,17 +143,22 @@ def trace_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: i
     origin = lanes.first_start
     intern: dict[str, int] = {}
     out_lanes = []
-    for lane in lanes.lanes:
+    regions: dict[str, dict[str, Any]] = {}
+    for lane in prep.all_lanes:
         boxes = lod.lane_boxes(lane, lo, hi, px_ns)
-        out_lanes.append({"id": lane.id, "label": lane.label, "kind": lane.kind, "core": lane.core,
-                          "track": lane.track, "total": int(lane.starts.size),
-                          **lod.boxes_json(boxes, origin, prep.seq, prep.names_of, intern)})
+        head = {"id": lane.id, "label": lane.label, "kind": lane.kind, "core": lane.core, "track": lane.track,
+                "total": int(lane.starts.size)}
+        if lane.kind == "regions":
+            out_lanes.append({**head, **lod.region_boxes_json(lane, boxes, origin, prep.regions.split_ends[lane.id])})
+            regions.update(lod.region_details(prep.region_cols, boxes.rows))
+            continue
+        out_lanes.append({**head, **lod.boxes_json(boxes, origin, prep.seq, prep.names_of, intern)})
     return {
         "run_id": record.id, "origin_ns": origin, "start_ns": lo, "end_ns": hi, "width_px": int(width_px),
         "px_ns": px_ns, "run_start_ns": lanes.first_start, "run_end_ns": lanes.last_end,
         "total_ops": int(prep.seq.size), "names": list(intern),
         "steps": [{"step": s, "start": t - origin} for s, t in lanes.steps],
-        "lanes": out_lanes,
+        "lanes": out_lanes, "regions": regions,
     }
 
 

@@ -11,6 +11,7 @@ import {
   IKernelRef,
   INeuronStatusModel,
   IOpRow,
+  IRegionSplit,
   IProfilePayload,
   ISyncPoint,
   IVariantRequest,
@@ -242,7 +243,7 @@ export function fmtCompact(x: number | null | undefined): string {
  * recorded without shapes, measured GPU/host time; then only measured columns are shown (the model could not
  * size those ops) and a note says so.
  */
-export function opTable(rows: IOpRow[], basis?: string | null): HTMLElement {
+export function opTable(rows: IOpRow[], basis?: string | null, splits?: IRegionSplit[]): HTMLElement {
   if (basis && !basis.startsWith('modeled')) {
     const what = basis.replace(/^measured /, '');
     return el(
@@ -259,8 +260,10 @@ export function opTable(rows: IOpRow[], basis?: string | null): HTMLElement {
       )
     );
   }
-  return table(
-    ['Op', 'Count/step', 'Device time/step (modeled)', 'Host time/step (measured)', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step'],
+  const ends = rows.some(r => (r.region_splits ?? 0) > 0);
+  const body = table(
+    ['Op', 'Count/step', 'Device time/step (modeled)', 'Host time/step (measured)', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step',
+      ...(ends ? ['Ends regions/step'] : [])],
     rows.map(r => [
       String(r.op),
       fmtCount(r.count),
@@ -270,9 +273,32 @@ export function opTable(rows: IOpRow[], basis?: string | null): HTMLElement {
       String(r.engine ?? ''),
       String(r.bound ?? ''),
       fmtCompact(r.flops),
-      fmtCompact(r.bytes)
+      fmtCompact(r.bytes),
+      ...(ends ? [r.region_splits ? fmtCount(r.region_splits) : ''] : [])
     ]),
     'ns-OpTable'
+  );
+  if (!splits?.length) {
+    return body;
+  }
+  // where the user's code ends launch regions (the trace's launch-region lane marks them), with the fix
+  return el(
+    'div',
+    { class: 'ns-OpTableBox' },
+    body,
+    el(
+      'div',
+      { class: 'ns-RegionSplits' },
+      el('b', { text: 'Where your code ends launch regions' }),
+      el('span', { text: ' (each ends the region before it and launches on its own; the trace marks them):' }),
+      el(
+        'ul',
+        {},
+        ...splits.map(d =>
+          el('li', { text: `${d.op}${d.source ? ` at ${d.source}` : ''}, ${fmtCount(d.per_step)} per step: ${d.fix}` })
+        )
+      )
+    )
   );
 }
 
@@ -641,7 +667,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     pages.push(['Hot path', hotPathSection(p, actions)]);
   }
   if (p.op_table?.length) {
-    pages.push(['Op table', opTable(p.op_table, p.op_table_basis)]);
+    pages.push(['Op table', opTable(p.op_table, p.op_table_basis, p.region_splits)]);
   }
   if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
     pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);

@@ -72,6 +72,18 @@ export interface IOpRow {
   engine: string;
   bound: string;
   share: number;
+  /** Launch regions this op ended per step where the user's code decides it (adaptive and compile runs). */
+  region_splits?: number | null;
+}
+
+/** Where the user's code ends launch regions: the op at its line, per step, what ended them and the fix. */
+export interface IRegionSplit {
+  reason: string;
+  op: string;
+  source: string | null;
+  per_step: number;
+  ended_by: string;
+  fix: string;
 }
 
 export interface IFallback {
@@ -201,6 +213,7 @@ export interface IProfilePayload {
   engines?: IEngineUtilization[];
   hot_ops?: IHotOp[];
   op_table?: IOpRow[];
+  region_splits?: IRegionSplit[];
   badges?: { fallbacks: number; sync_points: number; recompiles: number };
   fallbacks?: IFallback[];
   sync_points?: ISyncPoint[];

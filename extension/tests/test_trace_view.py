@@ -202,3 +202,45 @@ async def test_engine_timeline_has_no_none_row(jp_fetch, run) -> None:  # noqa: 
     """Ops on no engine (views) are not a track: the panel drew them as an empty "none" row."""
     data = await _get(jp_fetch, run["id"], "timeline", path=run["path"], bins=10)
     assert list(data["engines"]) == ["tensor", "vector", "scalar", "gpsimd", "dma"]
+
+
+@pytest.mark.parametrize("width", [16, 300, 4000])
+async def test_region_lanes_draw_every_launched_region_with_what_ended_it(jp_fetch, run, jp_root_dir, width) -> None:  # noqa: ANN001
+    """An adaptive/compile run's regions table: each core's "Launch regions" lane before its engines, every
+    region in one box, the regions the user's code ended counted in every box, a one-region box's details."""
+    df = run["table"]
+    rng = np.random.default_rng(5)
+    rows = []
+    for c in (0, 1):
+        on = df[df["core"] == c].sort_values("start_ns")
+        bounds = [0, *np.sort(rng.choice(np.arange(1, len(on)), 40, replace=False)).tolist(), len(on)]
+        starts = on["start_ns"].to_numpy()
+        for k, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+            part = on.iloc[a:b]   # regions on a core follow each other: each ends where the next starts
+            end = int(starts[b]) if b < len(on) else int(on["end_ns"].max())
+            rows.append({"core": c, "start_ns": int(starts[a]), "end_ns": end,
+                         "step": int(part["step"].iloc[0]), "n_ops": len(part), "launches": 1,
+                         "first_op": part["name"].iloc[0], "last_op": part["name"].iloc[-1],
+                         "ended_by": f"in-place aten::add_ at {HOSTILE}:{k}" if k % 3 == 0 else "closed by matmul",
+                         "fix": "write `x = x + y`" if k % 3 == 0 else ""})
+    regions = pa.Table.from_pylist(rows)
+    store = core.run_store_module().RunStore(jp_root_dir / "work" / ".neuron_studio")
+    store.save_table(int(run["id"]), "regions", regions)
+    data = await _get(jp_fetch, run["id"], "trace", path=run["path"], width_px=width)
+    ids = [lane["id"] for lane in data["lanes"]]
+    assert ids.index("core0/regions") + 1 == ids.index("core0/tensor")
+    assert ids.index("core1/regions") + 1 == ids.index("core1/tensor")
+    table = regions.to_pandas()
+    for c in (0, 1):
+        lane = data["lanes"][ids.index(f"core{c}/regions")]
+        mine = table[table["core"] == c]
+        assert lane["kind"] == "regions" and lane["label"] == f"NC{c} Launch regions" and lane["total"] == len(mine)
+        assert sum(lane["count"]) == len(mine) and sum(lane["split"]) == int((mine["fix"] != "").sum())
+        assert all(s == -1 for s in lane["seq"])                    # no op: the viewer never asks for op details
+        for r, n, s, e in zip(lane["region"], lane["count"], lane["start"], lane["end"]):
+            if n == 1:
+                row, info = table.iloc[r], data["regions"][str(r)]
+                assert (s + data["origin_ns"], e + data["origin_ns"]) == (row["start_ns"], row["end_ns"])
+                assert (info["ended_by"], info["fix"], info["n_ops"]) == (row["ended_by"], row["fix"], row["n_ops"])
+            else:
+                assert r == -1

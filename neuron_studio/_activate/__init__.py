@@ -33,7 +33,7 @@ __all__ = ["ENV_ACTIVATE", "ActivateOptions", "activate_from_env", "step", "rank
            "active", "TABLES"]
 
 ENV_ACTIVATE = "NEURON_STUDIO_ACTIVATE"
-TABLES = ("ops", "host", "compiles", "meta", "device_ops", "memory")
+TABLES = ("ops", "host", "compiles", "meta", "device_ops", "memory", "regions")
 #: Minimum seconds between two progress lines on the terminal.
 PROGRESS_INTERVAL_S = 0.5
 

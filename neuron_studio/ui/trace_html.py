@@ -17,13 +17,15 @@ from markupsafe import Markup, escape
 from neuron_studio.ui.formatting import as_number, fmt_ns
 from neuron_studio.ui.templating import ENGINE_COLORS
 
-__all__ = ["trace_svg_view", "nice_ticks"]
+__all__ = ["trace_svg_view", "nice_ticks", "SPLIT_COLOR"]
 
 LABEL_W = 150
 ROW_H = 16
 TOP = 16  # room for step labels
 MAX_FLOWS = 300
-_TRACK_COLORS = {**ENGINE_COLORS, "collective": "#edc948"}
+_TRACK_COLORS = {**ENGINE_COLORS, "collective": "#edc948", "regions": "#bab0ac"}
+#: A launch region the user's code ended (an in-place op, a host read...), as in the JupyterLab viewer.
+SPLIT_COLOR = "#d81b60"
 
 
 def nice_ticks(span: float, target: int = 6) -> list[float]:
@@ -51,7 +53,37 @@ def _boxes_svg(boxes: list[dict], y: int, h: int) -> Markup:
     return Markup("".join(
         f"<rect class='ns-box' x='{b['x']}' y='{y}' width='{b['w']}' height='{h}'"
         + ("" if b["opacity"] == "1" else f" fill-opacity='{b['opacity']}'")
+        + (f" fill='{b['fill']}' data-split='{b['split']}'" if b.get("fill") else "")
         + f"><title>{escape(b['title'])}</title></rect>" for b in boxes))
+
+
+def _region_boxes(tv: dict, label: str, columns: list[list[int]], region_cols: list[list[int]],
+                  x: Any) -> list[dict]:
+    """A launch-region lane's boxes: each region's ops, what ended it and the fix in its tooltip; the regions
+    the user's code ended drawn in SPLIT_COLOR."""
+    starts, ends, counts = columns[:3]
+    regions, splits = region_cols
+    info = tv.get("regions") if isinstance(tv.get("regions"), dict) else {}
+    boxes = []
+    for i in range(min(len(c) for c in (*columns, *region_cols))):
+        x0, x1 = x(starts[i]), x(ends[i])
+        span = f"{label} · {fmt_ns(ends[i] - starts[i])} at {fmt_ns(starts[i])}"
+        if counts[i] == 1 and regions[i] >= 0:
+            r = info.get(str(regions[i]))
+            r = r if isinstance(r, dict) else {}
+            first, last = str(r.get("first_op") or "?"), str(r.get("last_op") or "?")
+            ops = first if first == last else f"{first} … {last}"
+            title = " · ".join(v for v in (f"launch region: {r.get('n_ops', '?')} ops ({ops})", span,
+                                           f"ended: {r.get('ended_by') or '?'}",
+                                           f"fix: {r['fix']}" if r.get("fix") else "") if v)
+            opacity = "1"
+        else:
+            title = (f"{counts[i]:,} launch regions merged" + (f", {splits[i]} ended by your code" if splits[i] else "")
+                     + f" · {span} (zoom in the JupyterLab viewer to separate them)")
+            opacity = "0.6"
+        boxes.append({"x": f"{x0:.1f}", "w": f"{max(x1 - x0, 0.6):.1f}", "title": title, "opacity": opacity,
+                      "fill": SPLIT_COLOR if splits[i] else None, "split": splits[i]})
+    return boxes
 
 
 def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
@@ -82,6 +114,15 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
             bad.append(label)  # said under the view, not drawn wrong
             continue
         starts, ends, counts, busy, seqs, name_ids = columns  # type: ignore[misc]
+        if lane.get("kind") == "regions":
+            region_cols = [_ints(lane, k) for k in ("region", "split")]
+            if any(c is None for c in region_cols):
+                bad.append(label)
+                continue
+            boxes = _region_boxes(tv, label, columns, region_cols, x)  # type: ignore[arg-type]
+            rows.append({"label": label, "y": y, "label_y": y + ROW_H - 4, "h": ROW_H - 3, "color": color,
+                         "boxes": boxes, "boxes_svg": _boxes_svg(boxes, y, ROW_H - 3), "kind": "regions"})
+            continue
         for i in range(min(len(c) for c in columns)):  # type: ignore[arg-type]
             x0, x1 = x(starts[i]), x(ends[i])
             dur = ends[i] - starts[i]

@@ -5,6 +5,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuron_studio.profiler.analysis.fusion_regions import region_splits
 from neuron_studio.profiler.summary_numbers import usd_text
 from neuron_studio.profiler.vocabulary import counted
 
@@ -141,15 +142,13 @@ def _region_items(prof: Any) -> list[CheckItem]:
     mode = prof.trace.mode
     if mode == "adaptive":
         reg = prof.fusion_regions()
-        split = reg[reg["fix"] != ""]
-        if len(split):
-            g = split.fillna({"boundary_source": ""}).groupby(["reason", "boundary_op", "boundary_source"],
-                                                                sort=False).size().sort_values(ascending=False)
-            details = [f"{op} at {src or '?'} ({n / prof.steps:.0f} per step): "
-                       f"{split.loc[split['reason'] == r, 'fix'].iloc[0]}" for (r, op, src), n in g.head(10).items()]
+        splits = region_splits(reg, prof.steps)
+        if splits:
+            details = [f"{d['op']} at {d['source'] or '?'} ({d['per_step']:.0f} per step): {d['fix']}"
+                       for d in splits[:10]]
             items.append(CheckItem("warning", "regions",
                                    f"{len(reg) / prof.steps:.0f} adaptive-eager launches per step; "
-                                   f"{len(split) / prof.steps:.0f} end where your code splits a region",
+                                   f"{sum(d['per_step'] for d in splits):.0f} end where your code splits a region",
                                    "see fusion_regions(): in-place updates and host reads end a region", details))
         else:
             items.append(CheckItem("ok", "regions", "no region split by an in-place op or host read"))

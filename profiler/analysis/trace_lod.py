@@ -24,13 +24,18 @@ from typing import Any, Sequence
 import numpy as np
 
 __all__ = ["WindowError", "Lane", "TraceLanes", "LaneBoxes", "build_lanes", "lane_boxes", "check_window",
-           "in_window", "boxes_json", "MIN_WIDTH_PX", "MAX_WIDTH_PX", "COLLECTIVE_TRACK"]
+           "in_window", "boxes_json", "MIN_WIDTH_PX", "MAX_WIDTH_PX", "COLLECTIVE_TRACK", "REGION_TRACK",
+           "RegionLanes", "build_region_lanes", "with_region_lanes", "region_boxes_json", "region_details",
+           "REGION_DETAIL_COLUMNS", "REGION_COLUMNS", "region_lanes_from_columns"]
 
 MIN_WIDTH_PX = 16
 MAX_WIDTH_PX = 8192
 #: Widest a merged box may start apart from the next one, in pixels.
 MERGE_PX = 3
 COLLECTIVE_TRACK = "collective"
+#: The track of a core's launch-region lane: one box per launched region (adaptive-eager region, op run alone,
+#: compiled-graph execution), so the boundaries between regions are drawn above the engines.
+REGION_TRACK = "regions"
 
 
 class WindowError(ValueError):
@@ -207,3 +212,82 @@ def boxes_json(boxes: LaneBoxes, origin: int, row_seq: np.ndarray, row_name: Any
     return {"start": (boxes.starts - origin).tolist(), "end": (boxes.ends - origin).tolist(),
             "count": boxes.counts.tolist(), "busy": boxes.busy.tolist(), "seq": seq.tolist(),
             "name": name.tolist()}
+
+
+@dataclass(frozen=True)
+class RegionLanes:
+    """A run's launch-region lanes (one per core; rows index the regions table) and, per lane, the sorted end
+    times of the regions the user's code ended (an in-place op, a host read...), to count them in merged boxes."""
+
+    lanes: list[Lane]
+    split_ends: dict[str, np.ndarray]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(lane.nbytes for lane in self.lanes) + sum(a.nbytes for a in self.split_ends.values())
+
+
+def build_region_lanes(*, cores: np.ndarray, starts: np.ndarray, ends: np.ndarray, split: np.ndarray
+                       ) -> RegionLanes:
+    """One lane per core from the regions table's columns (`split`: the user's code ended the region)."""
+    cores = np.asarray(cores, dtype=np.int64)
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    split = np.asarray(split, dtype=bool)
+    rows = np.arange(starts.size, dtype=np.int64)
+    lanes, split_ends = [], {}
+    for c in np.unique(cores).tolist():
+        m = cores == c
+        lane = _lane(f"core{c}/{REGION_TRACK}", f"NC{c} Launch regions", "regions", int(c), REGION_TRACK,
+                     starts[m], ends[m], rows[m])
+        lanes.append(lane)
+        split_ends[lane.id] = np.sort(ends[m & split])
+    return RegionLanes(lanes, split_ends)
+
+
+def with_region_lanes(lanes: Sequence[Lane], regions: RegionLanes | None) -> list[Lane]:
+    """`lanes` with each core's region lane placed just before that core's first device lane."""
+    if regions is None or not regions.lanes:
+        return list(lanes)
+    by_core = {lane.core: lane for lane in regions.lanes}
+    out: list[Lane] = []
+    for lane in lanes:
+        if lane.kind == "device" and lane.core in by_core:
+            out.append(by_core.pop(lane.core))
+        out.append(lane)
+    return out + list(by_core.values())
+
+
+def region_boxes_json(lane: Lane, boxes: LaneBoxes, origin: int, split_ends: np.ndarray) -> dict[str, list[int]]:
+    """Columnar JSON of a region lane's boxes: like `boxes_json` (no op: seq and name -1), plus per box the
+    region row of a one-region box (else -1) and how many regions in it the user's code ended (`split`)."""
+    split = (np.searchsorted(split_ends, boxes.ends, side="right")
+             - np.searchsorted(split_ends, boxes.starts, side="right"))
+    none = np.full(boxes.rows.size, -1, dtype=np.int64)
+    return {"start": (boxes.starts - origin).tolist(), "end": (boxes.ends - origin).tolist(),
+            "count": boxes.counts.tolist(), "busy": boxes.busy.tolist(), "seq": none.tolist(),
+            "name": none.tolist(), "region": boxes.rows.tolist(), "split": split.astype(np.int64).tolist()}
+
+
+#: What the viewer shows about one launched region (columns of the regions table).
+REGION_DETAIL_COLUMNS = ("step", "n_ops", "launches", "first_op", "last_op", "ended_by", "fix")
+#: The stored regions table's columns (`fix` is "" where the user's code did not end the region).
+REGION_COLUMNS = ("core", "start_ns", "end_ns", *REGION_DETAIL_COLUMNS)
+
+
+def region_lanes_from_columns(cols: dict[str, np.ndarray]) -> RegionLanes:
+    """Region lanes from the regions table's columns (`REGION_COLUMNS`)."""
+    return build_region_lanes(cores=cols["core"], starts=cols["start_ns"], ends=cols["end_ns"],
+                              split=np.asarray(cols["fix"], dtype=object) != "")
+
+
+def region_details(columns: dict[str, Any], rows: Any) -> dict[str, dict[str, Any]]:
+    """The regions at `rows` (one-region boxes of a window), by row, from the regions table's columns."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in (int(x) for x in np.asarray(rows).tolist() if x >= 0):
+        d = {}
+        for c in REGION_DETAIL_COLUMNS:
+            v = columns[c][r] if c in columns else None
+            d[c] = v.item() if isinstance(v, np.generic) else v
+        out[str(r)] = d
+    return out

@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.analysis import trace_lod
+from neuron_studio.profiler.analysis.fusion_regions import REGION_MODES
 from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX, DEVICE_ENGINES, ENGINE_LABELS, NO_ENGINE
 
-__all__ = ["trace_overview", "OVERVIEW_WIDTH_PX"]
+__all__ = ["trace_overview", "OVERVIEW_WIDTH_PX", "region_table"]
 
 #: Resolution of the overview: a box per pixel of an output about this wide, at most.
 OVERVIEW_WIDTH_PX = 800
@@ -58,9 +59,17 @@ def trace_overview(prof: Any, width_px: int = OVERVIEW_WIDTH_PX) -> dict[str, An
     flops = m["flops"].to_numpy(np.float64) if "flops" in m else None
     intern: dict[str, int] = {}
     ops: dict[str, dict[str, Any]] = {}
+    regions, region_cols = _region_lanes(prof)
+    region_info: dict[str, dict[str, Any]] = {}
     out_lanes = []
-    for lane in lanes.lanes:
+    for lane in trace_lod.with_region_lanes(lanes.lanes, regions):
         boxes = trace_lod.lane_boxes(lane, lo, hi, px_ns)
+        if lane.kind == "regions":
+            out_lanes.append({"id": lane.id, "label": lane.label, "kind": lane.kind, "core": lane.core,
+                              "track": lane.track, "total": int(lane.starts.size),
+                              **trace_lod.region_boxes_json(lane, boxes, lo, regions.split_ends[lane.id])})
+            region_info.update(trace_lod.region_details(region_cols, boxes.rows))
+            continue
         out_lanes.append({"id": lane.id, "label": lane.label, "kind": lane.kind, "core": lane.core,
                           "track": lane.track, "total": int(lane.starts.size),
                           **trace_lod.boxes_json(boxes, lo, seq, lambda idx: names[idx], intern)})
@@ -72,4 +81,30 @@ def trace_overview(prof: Any, width_px: int = OVERVIEW_WIDTH_PX) -> dict[str, An
     return {"origin_ns": lo, "start_ns": lo, "end_ns": hi, "width_px": width_px, "px_ns": px_ns,
             "run_start_ns": lo, "run_end_ns": hi, "total_ops": int(len(m)), "names": list(intern),
             "steps": [{"step": s, "start": t - lo} for s, t in lanes.steps if s >= 0],
-            "lanes": out_lanes, "ops": ops, "clock": "modeled" if prof.modeled_figures else "measured"}
+            "lanes": out_lanes, "ops": ops, "regions": region_info,
+            "clock": "modeled" if prof.modeled_figures else "measured"}
+
+
+def region_table(prof: Any) -> pd.DataFrame | None:
+    """The launched regions drawn on the timeline (adaptive and compile runs; eager launches each op), in the
+    columns the viewer reads; None when the run's mode has no multi-op launches or it has no regions."""
+    if prof.trace.mode not in REGION_MODES:
+        return None
+    reg = prof.fusion_regions()
+    if not len(reg):
+        return None
+    return pd.DataFrame({
+        "core": reg["core"].astype("int32"), "start_ns": reg["start_ns"].astype("int64"),
+        "end_ns": reg["end_ns"].astype("int64"), "step": reg["step"].astype("int32"),
+        "n_ops": reg["n_ops"].astype("int64"), "launches": reg["launches"].astype("int64"),
+        "first_op": reg["first_op"].astype(str), "last_op": reg["last_op"].astype(str),
+        "ended_by": reg["ended_by"].astype(str), "fix": reg["fix"].fillna("").astype(str),
+    })
+
+
+def _region_lanes(prof: Any) -> tuple[trace_lod.RegionLanes | None, dict[str, np.ndarray]]:
+    table = region_table(prof)
+    if table is None:
+        return None, {}
+    cols = {c: table[c].to_numpy() for c in table.columns}
+    return trace_lod.region_lanes_from_columns(cols), cols

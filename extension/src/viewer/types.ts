@@ -26,6 +26,23 @@ export interface ITraceLane {
   /** Job view: the rank the lane belongs to, and whether it is the straggler. */
   rank?: number;
   straggler?: boolean;
+  /** A core's launch-region lane (kind 'regions'): the region of a one-region box (key of `regions`), else -1. */
+  region?: number[];
+  /** Regions in each box that the user's code ended (an in-place op, a host read...). */
+  split?: number[];
+}
+
+/** One launched region (an adaptive-eager region, an op run alone, a compiled-graph execution). */
+export interface ITraceRegionInfo {
+  step?: number | null;
+  n_ops?: number | null;
+  launches?: number | null;
+  first_op?: string | null;
+  last_op?: string | null;
+  /** What ended the region, with the boundary op's line. */
+  ended_by?: string | null;
+  /** What to change in the user's code ('' when the user's code did not end it). */
+  fix?: string | null;
 }
 
 /** Job view: one collective instance, every rank's arrival (its lane) and the rank that arrived last. */
@@ -54,6 +71,8 @@ export interface ITraceWindow {
   lanes: ITraceLane[];
   /** Overview only: details of its one-op boxes by seq. */
   ops?: Record<string, ITraceOpInfo>;
+  /** Details of the window's one-region boxes, by region. */
+  regions?: Record<string, ITraceRegionInfo>;
   clock?: string;
   /** Job view: collectives linked across ranks (none when more than the server links are in the window). */
   links?: ITraceLink[];

@@ -23,8 +23,11 @@ export const TRACK_COLORS: Record<string, string> = {
   gpsimd: '#b07aa1',
   dma: '#9c755f',
   collective: '#edc948',
-  rank: '#76b7b2'
+  rank: '#76b7b2',
+  regions: '#bab0ac'
 };
+/** A launch region the user's code ended (an in-place op, a host read...): the boundary to look at. */
+const SPLIT_COLOR = '#d81b60';
 /** Collective instances drawn as links at most (the server sends at most its own limit). */
 const MAX_LINKS = 300;
 const LANE_H = 24;
@@ -61,6 +64,9 @@ interface IBoxInfo {
   lane: number;
   startNs: number;
   endNs: number;
+  /** Region lanes: the box's region (-1: merged) and how many regions in it the user's code ended. */
+  region?: number;
+  split?: number;
 }
 type BoxNode = FlameChartNode & { ns: IBoxInfo };
 interface ISelectEvent {
@@ -323,6 +329,9 @@ export class TraceViewer {
     const merged = color + '99';
     const out: BoxNode[] = [];
     const summary = lane.kind === 'rank';
+    if (lane.kind === 'regions') {
+      return this._regionNodes(data, lane, idx, color);
+    }
     for (let i = 0; i < lane.start.length; i++) {
       const single = lane.count[i] === 1 && lane.seq[i] >= 0;
       const dur = lane.end[i] - lane.start[i];
@@ -334,6 +343,26 @@ export class TraceViewer {
         duration: Math.max(dur, 0.001) / 1000,
         color: single ? color : merged,
         ns: { seq: single ? lane.seq[i] : -1, count: lane.count[i], busy: lane.busy[i], lane: idx, startNs: lane.start[i], endNs: lane.end[i] }
+      });
+    }
+    return out;
+  }
+
+  /** A core's launch regions: one box per region (its op count), the ones the user's code ended in SPLIT_COLOR. */
+  private _regionNodes(data: ITraceWindow, lane: ITraceLane, idx: number, color: string): BoxNode[] {
+    const out: BoxNode[] = [];
+    for (let i = 0; i < lane.start.length; i++) {
+      const region = lane.region?.[i] ?? -1;
+      const split = lane.split?.[i] ?? 0;
+      const info = region >= 0 ? data.regions?.[String(region)] : undefined;
+      const single = lane.count[i] === 1 && region >= 0;
+      const base = split > 0 ? SPLIT_COLOR : color;
+      out.push({
+        name: single ? `${info?.n_ops ?? '?'} ops` : `${lane.count[i]} regions`,
+        start: lane.start[i] / 1000,
+        duration: Math.max(lane.end[i] - lane.start[i], 0.001) / 1000,
+        color: single ? base : base + '99',
+        ns: { seq: -1, count: lane.count[i], busy: lane.busy[i], lane: idx, startNs: lane.start[i], endNs: lane.end[i], region, split }
       });
     }
     return out;
@@ -405,7 +434,9 @@ export class TraceViewer {
       const text = isRank ? `${lane.kind === 'rank' ? '▸' : '▾'} ${lane.label}` : lane.label;
       const title = lane.kind === 'rank'
         ? `${lane.label}: compute activity on the job's clock; click to show its host timeline`
-        : `${lane.label}: ${lane.total.toLocaleString()} ops${isRank ? '; click to fold the rank' : ''}`;
+        : lane.kind === 'regions'
+          ? `${lane.label}: ${lane.total.toLocaleString()} launched regions; a box ends where the next launch starts, the ones your code ended are marked`
+          : `${lane.label}: ${lane.total.toLocaleString()} ops${isRank ? '; click to fold the rank' : ''}`;
       const label = el('div', {
         class: `ns-TraceLabel ns-TraceLabel-${lane.kind}${lane.straggler ? ' ns-TraceLabel-straggler' : ''}`,
         text,
@@ -669,6 +700,8 @@ export class TraceViewer {
     const lane = this._data.lanes[node.ns.lane];
     const lines = lane?.kind === 'rank'
       ? [`${lane.label}`, `computing ${fmtNs(node.ns.busy)} of ${fmtNs(node.ns.endNs - node.ns.startNs)} (measured host ops)`, 'click the rank\'s name to show its timeline']
+      : lane?.kind === 'regions'
+        ? this._regionLines(lane, node.ns)
       : node.ns.count === 1
         ? [node.name, `${lane?.label ?? ''} · ${fmtNs(node.ns.endNs - node.ns.startNs)} at ${fmtNs(node.ns.startNs)}`, 'click for shapes, module, source']
         : [`${node.ns.count.toLocaleString()} ops merged`, `${lane?.label ?? ''} · busy ${fmtNs(node.ns.busy)} in ${fmtNs(node.ns.endNs - node.ns.startNs)}`, 'zoom in (or click) to separate them'];
@@ -677,6 +710,22 @@ export class TraceViewer {
     this._tooltip.style.top = `${this._mouse.y + 14}px`;
     this._tooltip.hidden = false;
     return true;
+  }
+
+  /** A launch region's tooltip: its ops, what ended it and, where the user's code ended it, the fix. */
+  private _regionLines(lane: ITraceLane, box: IBoxInfo): string[] {
+    const span = `${lane.label} · ${fmtNs(box.endNs - box.startNs)} at ${fmtNs(box.startNs)}`;
+    if (box.count !== 1 || (box.region ?? -1) < 0) {
+      const split = box.split ? `, ${box.split} ended by your code` : '';
+      return [`${box.count.toLocaleString()} launch regions merged${split}`, span, 'zoom in (or click) to separate them'];
+    }
+    const r = this._data?.regions?.[String(box.region)] ?? {};
+    const ops = r.first_op === r.last_op ? `${r.first_op ?? '?'}` : `${r.first_op ?? '?'} … ${r.last_op ?? '?'}`;
+    const lines = [`launch region: ${r.n_ops ?? '?'} ops (${ops})`, span, `ended: ${r.ended_by ?? '?'}`];
+    if (r.fix) {
+      lines.push(`fix: ${r.fix}`);
+    }
+    return lines;
   }
 
   private _hideTooltip(): void {
