@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "a quoted glob")
     imp.add_argument("--name", default=None, help="a name for the run (default: the first file's name)")
     imp.add_argument("--store", default=None)
+    imp.add_argument("--json", action="store_true", help="print only the stored run as JSON (run_id, name, "
+                     "ranks, store), for programs such as the JupyterLab extension")
     _job_arguments(imp)
 
     ls = sub.add_parser("runs", help="list the runs in the store")
@@ -496,6 +498,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     store = RunStore(args.store)
     run_id, summary = store_imported(store, args.traces, name=args.name, scheduler=args.scheduler,
                                      workers=args.workers)
+    if args.json:
+        rec = store.get_run(run_id)
+        print(json.dumps({"run_id": run_id, "name": rec.name, "ranks": rec.ranks, "store": str(store.root)}))
+        return 0
     print(render_text(summary))
     print(f"neuron-studio: stored as run {run_id} in {store.root} (open it in the Neuron Profiler panel)")
     return 0

@@ -256,9 +256,12 @@ def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
     page = out.read_text()
     assert "Straggler: rank 2" in page and "Ranks (4)" in page and "collective exits" in page
     store = tmp_path / "store"
-    assert main(["import", str(job_dir), "--store", str(store), "--workers", "2"]) == 0
+    capsys.readouterr()
+    assert main(["import", str(job_dir), "--store", str(store), "--workers", "2", "--json"]) == 0
     rs = RunStore(store, create=False)
     rec = rs.list_runs()[0]
+    said = json.loads(capsys.readouterr().out)          # --json: only the stored run, for programs
+    assert said == {"run_id": rec.id, "name": job_dir.name, "ranks": SPEC.ranks, "store": str(rs.root)}
     assert rec.ranks == SPEC.ranks and rec.status == "ok"
     profiles = load_rank_profiles(rs, rec)
     assert [p.trace.meta["rank"] for _, p in sorted(profiles.items())] == list(range(SPEC.ranks))

@@ -39,6 +39,7 @@ __all__ = [
     "kernels_dir",
     "resolve_inside",
     "store_for_notebook",
+    "store_label",
     "list_runs",
     "get_run",
     "timeline",
@@ -268,11 +269,15 @@ def list_runs(root_dir: str | os.PathLike[str], notebook_path: str, *, limit: in
     if store is None:
         return {"runs": [], "store": None}
     runs = [_run_row(r, root_dir, with_summary=False) for r in store.list_runs(limit=limit)]
+    return {"runs": runs, "store": store_label(root_dir, store.root)}
+
+
+def store_label(root_dir: str | os.PathLike[str], store_root: str | os.PathLike[str]) -> str:
+    """A store as the browser may see it: its path under the server root, or, outside it (NEURON_STUDIO_STORE),
+    the variable's name (server paths stay on the server)."""
     root = _real_root(root_dir)
-    where = store.root.resolve()
-    # a store outside the server root (NEURON_STUDIO_STORE) is named by the variable, not by its path
-    label = where.relative_to(root).as_posix() if where.is_relative_to(root) else "$NEURON_STUDIO_STORE"
-    return {"runs": runs, "store": label}
+    where = Path(store_root).resolve()
+    return where.relative_to(root).as_posix() if where.is_relative_to(root) else "$NEURON_STUDIO_STORE"
 
 
 def _get_record(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int) -> tuple[Any, Any]:

@@ -22,7 +22,7 @@ import numpy as np
 from . import core
 from .run_cache import RunOpsCache
 
-__all__ = ["is_job_run", "job_window", "job_op", "SEQ_STRIDE", "MAX_LINKS", "MAX_EXPANDED"]
+__all__ = ["is_job_run", "job_window", "job_op", "job_search", "SEQ_STRIDE", "MAX_LINKS", "MAX_EXPANDED"]
 
 SEQ_STRIDE = 1 << 32
 #: Collective instances the answer links at most (more in the window: zoom in to see them).
@@ -194,9 +194,7 @@ def job_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int
         straggler = bool(row.straggler)
         label = f"rank {r}" + (" · straggler" if straggler else "")
         if r in expanded:
-            rl: RankLanes = _cached(cache, store.table_path(record.id, f"ops_r{int(row.position)}" if world > 1
-                                                            else "ops"), RANK_KIND,
-                                    lambda r=r, p=int(row.position): _rank_lanes(store, record.id, r, p, world))
+            rl = _rank_lanes_cached(store, record.id, r, int(row.position), world, cache)
             for lane in rl.lanes:
                 boxes = lod.lane_boxes(lane, lo - off, hi - off, px_ns)
                 body = lod.boxes_json(boxes, origin - off, rl.seq, lambda idx, n=rl.names: n[idx], intern)
@@ -226,8 +224,9 @@ def job_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int
 
 
 def job_op(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, seq: int | None,
-           cache: RunOpsCache | None = None) -> dict[str, Any]:
-    """One op of an expanded rank by its job box id (`position * SEQ_STRIDE + seq`)."""
+           cache: RunOpsCache | None = None, expand: str | None = None) -> dict[str, Any]:
+    """One op of a rank by its job box id (`position * SEQ_STRIDE + seq`), with the lane the view draws it on
+    (its rank's lane, or its own host/collectives lane when the rank is in `expand`)."""
     import pyarrow.parquet as pq
 
     if seq is None:
@@ -250,7 +249,79 @@ def job_op(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, se
     row["start_ns"] = int(row["start_ns"]) + off
     row["end_ns"] = int(row["end_ns"]) + off
     row["rank"] = rank
-    return {"run_id": record.id, "origin_ns": jt.origin, "op": row, "lane": None, "host_lane": None}
+    lane = f"rank{rank}"
+    if rank in _parse_expand(expand, jt.ranks["rank"].astype(int).tolist()):
+        at = np.flatnonzero(_rank_lanes_cached(store, record.id, rank, position, world, cache).seq == int(seq))
+        lane = _expanded_lanes(store, record.id, rank, position, world, at[:1], cache)[0] if at.size else lane
+    return {"run_id": record.id, "origin_ns": jt.origin, "op": row, "lane": lane, "host_lane": None}
+
+
+def job_search(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, query: str,
+               limit: int | None = None, expand: str | None = None,
+               cache: RunOpsCache | None = None) -> dict[str, Any]:
+    """Ops of every rank whose name contains `query` (case-insensitive; collectives included), earliest on the
+    job's aligned clock first. Each result names the lane the view draws it on: its rank's lane, or, for a
+    rank in `expand`, the host or collectives lane it sits in; `seq` is its job box id (`job_op` reads it).
+
+    Ranks are read one at a time (the name column first, the times only of a rank that matches), so a search
+    holds one rank's names plus the results, never the job's events."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from .trace_view import check_search
+
+    needle, limit = check_search(query, limit)
+    store, record = core._get_record(root_dir, notebook_path, run_id)
+    jt = _job_tables(store, record.id, cache)
+    expanded = _parse_expand(expand, jt.ranks["rank"].astype(int).tolist())
+    world = len(jt.ranks)
+    total, found, unsearched = 0, [], []
+    for row in jt.ranks.itertuples(index=False):
+        r, pos, off = int(row.rank), int(row.position), int(row.offset_ns)
+        path = store.table_path(record.id, f"ops_r{pos}" if world > 1 else "ops")
+        if not path.is_file():
+            unsearched.append(r)
+            continue
+        names = pq.read_table(path, columns=["name"], read_dictionary=["name"]).column("name").combine_chunks()
+        names = names.unify_dictionaries() if hasattr(names, "unify_dictionaries") else names
+        values = names.dictionary
+        hit_codes = np.flatnonzero(pc.match_substring(values, needle, ignore_case=True).fill_null(False)
+                                   .to_numpy(zero_copy_only=False))
+        if not hit_codes.size:
+            continue
+        rows = np.flatnonzero(np.isin(names.indices.fill_null(-1).to_numpy(zero_copy_only=False), hit_codes))
+        total += int(rows.size)
+        times = pq.read_table(path, columns=["seq", "start_ns", "end_ns"]).take(rows)
+        starts = times.column("start_ns").to_numpy().astype(np.int64) + off
+        first = np.argsort(starts, kind="stable")[:limit]            # this rank's earliest `limit`
+        lane_of = _expanded_lanes(store, record.id, r, pos, world, rows[first], cache) if r in expanded else None
+        ends = times.column("end_ns").to_numpy().astype(np.int64) + off
+        seqs = times.column("seq").to_numpy().astype(np.int64)
+        row_names = names.take(rows[first]).to_pylist()
+        for k, i in enumerate(first.tolist()):
+            found.append((int(starts[i]), r, {"seq": int(pos * SEQ_STRIDE + seqs[i]), "name": str(row_names[k]),
+                                              "lane": lane_of[k] if lane_of is not None else f"rank{r}",
+                                              "rank": r, "start": int(starts[i] - jt.origin),
+                                              "end": int(ends[i] - jt.origin)}))
+    found.sort(key=lambda x: (x[0], x[1]))
+    return {"run_id": record.id, "query": query, "total": total, "origin_ns": jt.origin,
+            "results": [x[2] for x in found[:limit]], "unsearched_ranks": unsearched}
+
+
+def _expanded_lanes(store: Any, run_id: int, rank: int, position: int, world: int, rows: np.ndarray,
+                    cache: RunOpsCache | None) -> list[str]:
+    """The expanded rank's lane id each of its table rows is drawn on."""
+    rl = _rank_lanes_cached(store, run_id, rank, position, world, cache)
+    out = np.full(rows.size, f"rank{rank}", dtype=object)
+    for lane in rl.lanes:
+        out[np.isin(rows, lane.rows)] = lane.id
+    return out.tolist()
+
+
+def _rank_lanes_cached(store: Any, run_id: int, rank: int, position: int, world: int,
+                       cache: RunOpsCache | None) -> RankLanes:
+    path = store.table_path(run_id, f"ops_r{position}" if world > 1 else "ops")
+    return _cached(cache, path, RANK_KIND, lambda: _rank_lanes(store, run_id, rank, position, world))
 
 
 def _cached(cache: RunOpsCache | None, path: Path, kind: str, load: Any) -> Any:

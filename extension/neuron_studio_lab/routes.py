@@ -17,10 +17,13 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from . import core, job_view, trace_view
+from . import cli_tasks, core, job_view, trace_view
 
 NAMESPACE = "neuron-studio"
 CACHE_SETTING = "neuron_studio_run_ops_cache"
+TASKS_SETTING = "neuron_studio_cli_tasks"
+#: Bytes per write when a file is sent (a job's merged trace can be hundreds of MB).
+SEND_CHUNK = 1 << 20
 
 
 class _BaseHandler(APIHandler):
@@ -51,6 +54,13 @@ class _BaseHandler(APIHandler):
             cache = self.settings.setdefault(CACHE_SETTING, core.RunOpsCache())
         return cache
 
+    @property
+    def tasks(self) -> cli_tasks.TaskRunner:
+        runner = self.settings.get(TASKS_SETTING)
+        if runner is None:  # handlers mounted without setup_route_handlers (tests)
+            runner = self.settings.setdefault(TASKS_SETTING, cli_tasks.TaskRunner())
+        return runner
+
     def send_json(self, body: str) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")
         self.finish(body)
@@ -60,10 +70,13 @@ class _BaseHandler(APIHandler):
         try:
             body = await asyncio.to_thread(lambda: json.dumps(fn(), allow_nan=False))
         except core.ApiError as exc:
-            self.set_status(exc.status)
-            self.send_json(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+            self.send_api_error(exc)
             return
         self.send_json(body)
+
+    def send_api_error(self, exc: core.ApiError) -> None:
+        self.set_status(exc.status)
+        self.send_json(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         # anything that escaped `run`: a JSON body, no traceback
@@ -140,12 +153,14 @@ class JobTraceHandler(_BaseHandler):
 
 
 class JobTraceOpHandler(_BaseHandler):
-    """One op of an expanded rank by its job box id (`seq`)."""
+    """One op of a rank by its job box id (`seq`); `expand`: the ranks the view shows in detail."""
 
     @tornado.web.authenticated
     async def get(self, run_id: str) -> None:
         cache, path = self.cache, self.get_query_argument("path", "")
-        await self.run(lambda: job_view.job_op(self.root_dir, path, int(run_id), self.int_arg("seq"), cache=cache))
+        expand = self.get_query_argument("expand", "")
+        await self.run(lambda: job_view.job_op(self.root_dir, path, int(run_id), self.int_arg("seq"), cache=cache,
+                                               expand=expand))
 
 
 class TraceSearchHandler(_BaseHandler):
@@ -157,6 +172,61 @@ class TraceSearchHandler(_BaseHandler):
         query = self.get_query_argument("q", "")
         await self.run(lambda: trace_view.trace_search(self.root_dir, path, int(run_id), query, self.int_arg("limit"),
                                                        cache=cache))
+
+
+class JobTraceSearchHandler(_BaseHandler):
+    """Ops of every rank whose name contains `q` (`expand`: the ranks the view shows in detail)."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        cache, path = self.cache, self.get_query_argument("path", "")
+        query, expand = self.get_query_argument("q", ""), self.get_query_argument("expand", "")
+        await self.run(lambda: job_view.job_search(self.root_dir, path, int(run_id), query, self.int_arg("limit"),
+                                                   expand=expand, cache=cache))
+
+
+class ImportHandler(_BaseHandler):
+    """POST {"path": notebook, "target": file | folder | glob under the root, "name"?}: stored as one run in
+    the notebook's store (`neuron-studio import` in a child process); answers the run's id."""
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not all(isinstance(body.get(k, ""), str) for k in ("path", "target", "name")):
+            self.send_api_error(core.BadRequest('the body must be JSON {"path": ..., "target": ..., "name": ...} '
+                                                "with string values"))
+            return
+        try:
+            answer = await cli_tasks.import_traces(self.tasks, self.root_dir, body.get("path", ""),
+                                                   body.get("target", ""), body.get("name") or None)
+        except core.ApiError as exc:
+            self.send_api_error(exc)
+            return
+        self.send_json(json.dumps(answer))
+
+
+class PerfettoHandler(_BaseHandler):
+    """The run as one Chrome trace (gzip) to open in Perfetto: a job's ranks aligned, collectives linked."""
+
+    @tornado.web.authenticated
+    async def get(self, run_id: str) -> None:
+        try:
+            path = await cli_tasks.perfetto_export(self.tasks, self.root_dir, self.get_query_argument("path", ""),
+                                                   int(run_id))
+        except core.ApiError as exc:
+            self.send_api_error(exc)
+            return
+        self.set_header("Content-Type", "application/gzip")
+        self.set_header("Content-Disposition", f'attachment; filename="neuron-studio-run-{int(run_id)}.json.gz"')
+        self.set_header("Content-Length", str(path.stat().st_size))
+        with path.open("rb") as fh:
+            while chunk := fh.read(SEND_CHUNK):
+                self.write(chunk)
+                await self.flush()
+        self.finish()
 
 
 class KernelSourceHandler(_BaseHandler):
@@ -178,10 +248,14 @@ def handlers(base_url: str) -> list[tuple[str, type[_BaseHandler]]]:
         (url_path_join(prefix, r"runs/(\d+)/trace/search"), TraceSearchHandler),
         (url_path_join(prefix, r"runs/(\d+)/job"), JobTraceHandler),
         (url_path_join(prefix, r"runs/(\d+)/job/op"), JobTraceOpHandler),
+        (url_path_join(prefix, r"runs/(\d+)/job/search"), JobTraceSearchHandler),
+        (url_path_join(prefix, r"runs/(\d+)/perfetto"), PerfettoHandler),
+        (url_path_join(prefix, "runs/import"), ImportHandler),
         (url_path_join(prefix, "kernel-source"), KernelSourceHandler),
     ]
 
 
 def setup_route_handlers(web_app: tornado.web.Application) -> None:
     web_app.settings.setdefault(CACHE_SETTING, core.RunOpsCache())
+    web_app.settings.setdefault(TASKS_SETTING, cli_tasks.TaskRunner())
     web_app.add_handlers(".*$", handlers(web_app.settings["base_url"]))

@@ -16,7 +16,7 @@ import numpy as np
 from . import core
 from .run_cache import RunOpsCache
 
-__all__ = ["trace_window", "trace_op", "trace_search", "PreparedTrace", "MAX_SEARCH_RESULTS"]
+__all__ = ["trace_window", "trace_op", "trace_search", "check_search", "PreparedTrace", "MAX_SEARCH_RESULTS"]
 
 #: Columns the viewer reads; those after `engine`..`end_ns` are optional (older runs lack the host ones).
 TRACE_COLUMNS = ("seq", "name", "core", "engine", "start_ns", "end_ns", "thread", "step", "launch_ns")
@@ -194,16 +194,21 @@ def _read_row(path: Any, row: int) -> dict[str, Any]:
     raise core.NotFound("op row not found in the table (the file changed while reading)")
 
 
-def trace_search(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, query: str,
-                 limit: int | None = None, cache: RunOpsCache | None = None) -> dict[str, Any]:
-    """Ops on a device lane whose name contains `query` (case-insensitive), earliest first."""
+def check_search(query: str, limit: int | None) -> tuple[str, int]:
+    """A search request's text (stripped, lower case) and result limit, or BadRequest naming what is wrong."""
     if not query or not query.strip():
         raise core.BadRequest("missing 'q' (text to find in op names)")
     limit = MAX_SEARCH_RESULTS if limit is None else limit
     if not 1 <= limit <= MAX_SEARCH_RESULTS:
         raise core.BadRequest(f"limit must be between 1 and {MAX_SEARCH_RESULTS}")
+    return query.strip().lower(), limit
+
+
+def trace_search(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, query: str,
+                 limit: int | None = None, cache: RunOpsCache | None = None) -> dict[str, Any]:
+    """Ops on a device lane whose name contains `query` (case-insensitive), earliest first."""
+    needle, limit = check_search(query, limit)
     record, prep = _prepared(root_dir, notebook_path, run_id, cache)
-    needle = query.strip().lower()
     matching_codes = np.flatnonzero([needle in str(v).lower() for v in prep.name_values])
     rows = np.flatnonzero(np.isin(prep.name_codes, matching_codes) & (prep.lane_of_row >= 0))
     origin = prep.lanes.first_start

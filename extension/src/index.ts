@@ -327,7 +327,26 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
       }
     });
 
+    app.commands.addCommand(CommandIDs.importTraces, {
+      label: 'Import Traces into Neuron Profiler…',
+      caption: 'Store a trace file, a folder of per-rank traces (a job) or a glob as a run, and show it',
+      describedBy: {
+        args: {
+          type: 'object',
+          properties: { target: { type: 'string' }, name: { type: 'string' }, path: { type: 'string' } }
+        }
+      },
+      execute: async args => {
+        const opened = (await app.commands.execute(CommandIDs.openProfiler, typeof args.path === 'string' ? { path: args.path } : {})) as MainAreaWidget<ProfilerPanel>;
+        return opened.content.importTraces(
+          typeof args.target === 'string' ? args.target : undefined,
+          typeof args.name === 'string' ? args.name : undefined
+        );
+      }
+    });
+
     palette?.addItem({ command: CommandIDs.openProfiler, category: 'Neuron Studio' });
+    palette?.addItem({ command: CommandIDs.importTraces, category: 'Neuron Studio' });
     launcher?.add({ command: CommandIDs.openProfiler, category: 'Neuron Studio', rank: 1 });
     // the left sidebar's entry: this notebook's runs, each opening the panel on it
     const sidebar = new ProfilerSidebar({

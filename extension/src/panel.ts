@@ -3,6 +3,7 @@
  * folder's store (imported traces, scripts, jobs; other notebooks' runs when asked for), a run's detail
  * (summary, binned timeline, op page, hot path) and a two-run compare view.
  */
+import { InputDialog } from '@jupyterlab/apputils';
 import { Widget } from '@lumino/widgets';
 
 import {
@@ -20,7 +21,7 @@ import {
   sourceLink,
   table
 } from './mime';
-import { requestAPI } from './request';
+import { requestAPI, requestBlob } from './request';
 import { groupRuns, UNOWNED_GROUP, unownedKind } from './runs';
 import { JobTraceSource, ServerTraceSource } from './viewer/sources';
 import { unsizedNote } from './viewer/tab';
@@ -29,6 +30,7 @@ import { ITraceWindow } from './viewer/types';
 import {
   ENGINES,
   IDeviceOp,
+  IImportResponse,
   IOpRow,
   IProfilePayload,
   IRunDetail,
@@ -98,6 +100,7 @@ export class ProfilerPanel extends Widget {
     this.title.closable = true;
     const refresh = el('button', { class: 'jp-mod-styled ns-Refresh', text: 'Refresh', attrs: { type: 'button' } });
     refresh.addEventListener('click', () => void this.refresh());
+    this._importButton.addEventListener('click', () => void this.importTraces());
     this._compareButton.addEventListener('click', () => void this.compareSelected());
     this._showAll.type = 'checkbox';
     this._showAll.addEventListener('change', () => this._renderList());
@@ -109,6 +112,7 @@ export class ProfilerPanel extends Widget {
         this._pathLabel,
         el('label', { class: 'ns-ShowAll' }, this._showAll, this._showAllText),
         refresh,
+        this._importButton,
         this._compareButton
       ),
       this._message,
@@ -153,6 +157,49 @@ export class ProfilerPanel extends Widget {
     }
   }
 
+  /**
+   * Store traces recorded elsewhere as a run of this panel's store and show it: `target` is a trace file, a
+   * folder of per-rank traces or a glob, relative to the server root (asked for when not given). The server
+   * runs `neuron-studio import` on it; a job's ranks are read by worker processes, so a big job takes minutes.
+   */
+  async importTraces(target?: string, name?: string): Promise<IImportResponse | null> {
+    if (!this._path) {
+      await this.refresh();
+    }
+    if (!this._path) {
+      return null;
+    }
+    if (target === undefined) {
+      const answer = await InputDialog.getText({
+        title: 'Import traces',
+        label: 'A trace file (.json, .json.gz), a folder of per-rank traces or run folders, or a glob; relative to the server root',
+        placeholder: 'traces/job-42/   or   traces/*rank*.pt.trace.json.gz',
+        okLabel: 'Import'
+      });
+      if (!answer.button.accept || !answer.value?.trim()) {
+        return null;
+      }
+      target = answer.value.trim();
+    }
+    this._importButton.disabled = true;
+    this._setMessage(`Importing ${target}… (each rank is read by a worker process: a big job takes minutes)`);
+    try {
+      const done = await requestAPI<IImportResponse>(
+        'runs/import',
+        {},
+        { method: 'POST', body: JSON.stringify({ path: this._path, target, ...(name ? { name } : {}) }) }
+      );
+      await this.refresh(); // an imported run belongs to no notebook: listed in that group
+      await this.showRun(done.run_id);
+      return done;
+    } catch (error) {
+      this._setMessage(`Could not import ${target}: ${(error as Error).message}`);
+      return null;
+    } finally {
+      this._importButton.disabled = false;
+    }
+  }
+
   /** Show one run's detail. */
   async showRun(runId: number): Promise<void> {
     if (!this._path) {
@@ -190,7 +237,7 @@ export class ProfilerPanel extends Widget {
       const trace = detail.tables.includes('device_ops') ? this._traceViewer(runId, run.summary ?? null) : null;
       if (detail.tables.includes('job_ranks')) {
         // a many-rank run: the whole job on its aligned clock first, then the first rank's own trace
-        parts.push(el('h4', { text: `Job timeline (${run.ranks} ranks)` }), this._jobViewer(runId));
+        parts.push(el('h4', { text: `Job timeline (${run.ranks} ranks)` }), this._perfettoExport(runId), this._jobViewer(runId));
       }
       if (trace) {
         parts.push(el('h4', { text: detail.tables.includes('job_ranks') ? 'Trace (first rank)' : 'Trace' }), trace.node);
@@ -231,6 +278,43 @@ export class ProfilerPanel extends Widget {
       note: 'Each rank\'s measured host timeline, aligned on the job\'s clock; lines link each collective across ranks (red: the rank that arrived last).'
     });
     return el('div', { class: 'ns-TraceBox ns-PanelTrace ns-JobTrace' }, viewer.node);
+  }
+
+  /**
+   * "Open in Perfetto" for a whole job: the server writes every rank on the aligned clock, collectives linked
+   * as flows, into one gzip Chrome trace, downloaded here. The Perfetto UI itself is a web app this extension
+   * does not bundle (it runs offline), so the file is opened there by the user.
+   */
+  private _perfettoExport(runId: number): HTMLElement {
+    const button = el('button', {
+      class: 'jp-mod-styled ns-PerfettoExport',
+      text: 'Download for Perfetto',
+      attrs: { type: 'button', title: 'The whole job as one Chrome trace (.json.gz): every rank on the aligned clock, collectives linked' }
+    });
+    const file = `neuron-studio-run-${runId}.json.gz`;
+    const note = el('span', {
+      class: 'ns-PerfettoNote',
+      text: `${file}: every rank on the aligned clock, collectives as flows. Open it in the Perfetto UI (ui.perfetto.dev or one you host); Perfetto is not bundled here.`
+    });
+    button.addEventListener('click', async () => {
+      button.disabled = true;
+      note.textContent = 'Exporting the whole job (every rank is read again; a big job takes minutes)…';
+      try {
+        const blob = await requestBlob(`runs/${runId}/perfetto`, { path: this._path! });
+        const url = URL.createObjectURL(blob);
+        const link = el('a', { attrs: { href: url, download: file } });
+        document.body.appendChild(link);
+        link.click();
+        link.remove();
+        setTimeout(() => URL.revokeObjectURL(url), 60_000);
+        note.textContent = `Downloaded ${file} (${(blob.size / 1e6).toFixed(1)} MB gzip). Open it in the Perfetto UI.`;
+      } catch (error) {
+        note.textContent = `Could not export the job: ${(error as Error).message}`;
+      } finally {
+        button.disabled = false;
+      }
+    });
+    return el('div', { class: 'ns-PerfettoBar' }, button, note);
   }
 
   /** The trace viewer on the stored run, served level-of-detail per window by the server. */
@@ -445,4 +529,9 @@ export class ProfilerPanel extends Widget {
   private _list = el('div', { class: 'ns-RunListBox' });
   private _detail = el('div', { class: 'ns-Detail' });
   private _compareButton = el('button', { class: 'jp-mod-styled ns-Compare-button', attrs: { type: 'button' } });
+  private _importButton = el('button', {
+    class: 'jp-mod-styled ns-Import-button',
+    text: 'Import traces…',
+    attrs: { type: 'button', title: 'Store a trace file, a folder of per-rank traces or a glob as a run of this store' }
+  });
 }

@@ -12,14 +12,12 @@ export class NeuronApiError extends Error {
   }
 }
 
-/**
- * Call a `neuron-studio/` route. The one request path of the extension: all errors throw.
- */
-export async function requestAPI<T>(
+/** Fetch a `neuron-studio/` route; a non-2xx answer throws with the server's message. */
+async function fetchAPI(
   endPoint: string,
-  params: Record<string, string | number | undefined> = {},
-  init: RequestInit = {}
-): Promise<T> {
+  params: Record<string, string | number | undefined>,
+  init: RequestInit
+): Promise<Response> {
   const settings = ServerConnection.makeSettings();
   const query = new URLSearchParams();
   for (const [key, value] of Object.entries(params)) {
@@ -36,20 +34,43 @@ export async function requestAPI<T>(
   } catch (error) {
     throw new ServerConnection.NetworkError(error as TypeError);
   }
-  const text = await response.text();
-  let data: any = null;
-  if (text.length > 0) {
-    try {
-      data = JSON.parse(text);
-    } catch {
-      data = { message: text };
-    }
-  }
   if (!response.ok) {
+    const data = parseBody(await response.text());
     throw new NeuronApiError(
       response.status,
       (data && typeof data.message === 'string' && data.message) || response.statusText
     );
   }
-  return data as T;
+  return response;
+}
+
+function parseBody(text: string): any {
+  if (text.length === 0) {
+    return null;
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    return { message: text };
+  }
+}
+
+/**
+ * Call a `neuron-studio/` route. The one request path of the extension: all errors throw.
+ */
+export async function requestAPI<T>(
+  endPoint: string,
+  params: Record<string, string | number | undefined> = {},
+  init: RequestInit = {}
+): Promise<T> {
+  const response = await fetchAPI(endPoint, params, init);
+  return parseBody(await response.text()) as T;
+}
+
+/** A file a route sends (a download), through the same authenticated request path. */
+export async function requestBlob(
+  endPoint: string,
+  params: Record<string, string | number | undefined> = {}
+): Promise<Blob> {
+  return (await fetchAPI(endPoint, params, {})).blob();
 }

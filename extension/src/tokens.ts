@@ -10,6 +10,7 @@ export const PROFILE_MIME = 'application/vnd.neuron-studio.profile+json';
 export namespace CommandIDs {
   export const openKernel = 'neuron-studio:open-kernel';
   export const openProfiler = 'neuron-studio:open-profiler';
+  export const importTraces = 'neuron-studio:import-traces';
   export const openSource = 'neuron-studio:open-source';
   export const insertVariant = 'neuron-studio:insert-variant';
 }
@@ -546,6 +547,15 @@ export interface IRunRow {
 export interface IRunsResponse {
   runs: IRunRow[];
   store: string | null;
+}
+
+/** `POST runs/import`: the run a trace file, a folder of per-rank traces or a glob was stored as. */
+export interface IImportResponse {
+  run_id: number;
+  name: string | null;
+  ranks: number;
+  /** The store it went into, as `runs` names it. */
+  store: string;
 }
 
 export interface IRunDetail {

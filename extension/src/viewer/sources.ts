@@ -34,7 +34,7 @@ export class ServerTraceSource implements ITraceSource {
 
 /**
  * A many-rank run's job timeline, served by `runs/<id>/job`: a lane per rank (its activity) on the job's
- * aligned clock; ranks in `expanded` come as their own host lanes.
+ * aligned clock; ranks in `expanded` come as their own host lanes. Search reads every rank's ops.
  */
 export class JobTraceSource implements ITraceSource {
   readonly levelOfDetail = true;
@@ -65,11 +65,27 @@ export class JobTraceSource implements ITraceSource {
   }
 
   op(seq: number): Promise<ITraceOpDetail> {
-    return requestAPI<ITraceOpDetail>(`runs/${this._runId}/job/op`, { path: this._notebookPath, seq });
+    return requestAPI<ITraceOpDetail>(`runs/${this._runId}/job/op`, {
+      path: this._notebookPath,
+      seq,
+      expand: [...this.expanded].sort((a, b) => a - b).join(',')
+    });
   }
 
-  search(): Promise<ITraceSearch> {
-    return Promise.reject(new Error('Search works on one rank: open that rank as a run, or expand it and zoom.'));
+  /** Ops of every rank by name, earliest on the aligned clock first, each on the lane it is drawn on. */
+  async search(query: string): Promise<ITraceSearch> {
+    const found = await requestAPI<ITraceSearch & { unsearched_ranks: number[] }>(`runs/${this._runId}/job/search`, {
+      path: this._notebookPath,
+      q: query,
+      expand: [...this.expanded].sort((a, b) => a - b).join(',')
+    });
+    const missing = found.unsearched_ranks ?? [];
+    return {
+      ...found,
+      note: missing.length
+        ? `not searched: rank${missing.length === 1 ? '' : 's'} ${missing.join(', ')} (no stored timeline)`
+        : undefined
+    };
   }
 }
 

@@ -117,6 +117,8 @@ export interface ITraceSearchResult {
 export interface ITraceSearch {
   total: number;
   results: ITraceSearchResult[];
+  /** What the search could not cover (e.g. a rank with no stored timeline), said next to the count. */
+  note?: string;
 }
 
 /** Where the viewer's data comes from; times in requests are absolute ns (the run's clock). */

@@ -172,7 +172,7 @@ export class TraceViewer {
         return item;
       });
       this._results.replaceChildren(
-        el('div', { class: 'ns-TraceResultCount', text: `${found.total.toLocaleString()} ${found.total === 1 ? 'op matches' : 'ops match'} “${query.trim()}”${found.total > 20 ? ' (first 20)' : ''}` }),
+        el('div', { class: 'ns-TraceResultCount', text: `${found.total.toLocaleString()} ${found.total === 1 ? 'op matches' : 'ops match'} “${query.trim()}”${found.total > 20 ? ' (first 20)' : ''}${found.note ? ` · ${found.note}` : ''}` }),
         el('ul', {}, ...items)
       );
     } catch (error) {
