@@ -62,8 +62,9 @@ def test_import_a_job_folder_search_it_and_download_it_for_perfetto(lab: dict, p
     job = panel.locator(".ns-JobTrace")
     job.locator(".ns-TraceLabel-straggler").wait_for(timeout=IMPORT_TIMEOUT_MS)
     assert job.locator(".ns-TraceLabel").all_inner_texts() == ["▸ rank 0", "▸ rank 1 · straggler", "▸ rank 2"]
-    row = panel.locator(".ns-RunRow.ns-mod-selected")
+    row = panel.locator(".ns-RunGroup[data-group='unowned'] .ns-RunRow.ns-mod-selected")   # no notebook's run
     assert row.locator(".ns-Ranks").inner_text() == "3 ranks" and "job-7" in row.inner_text()
+    assert "imported job (3 ranks)" in row.inner_text()
     assert panel.locator(".ns-DetailHeader h3").inner_text().startswith("job-7")
 
     # search across the ranks: every rank's allreduce, earliest first, each opening its op
