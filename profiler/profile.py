@@ -396,8 +396,19 @@ class Profile:
         except _wi.WhatIfError:
             return None
         ranked = wi[wi["rank"].notna()].sort_values("rank")
-        addresses = {c.variant: c.addresses for c in self.code_changes()}
-        return [{**r, "addresses": addresses.get(r["variant"])} for r in ranked.to_dict("records")]
+        changes = {c.variant: c for c in self.code_changes()}
+        device_ops = self.device_run.ops_frame() if changes else None
+
+        def cites(c: Any) -> dict:
+            # what the change acts on, as the bar's reason cites it (its ops' share of the step and their line)
+            if c is None:
+                return {"addresses": None}
+            scope = _bd.change_scope(device_ops, self.trace.ops, c.targets, steps=self.steps,
+                                     step_time_ns=self.summary.step_time_ns)
+            return {"addresses": c.addresses, "acts_on": c.acts_on, "scope": scope,
+                    "target_ops": sorted({op for op, _ in c.targets})}
+
+        return [{**r, **cites(changes.get(r["variant"]))} for r in ranked.to_dict("records")]
 
     def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,
                 kernels: bool | Sequence[str] = True, changes: bool = True) -> pd.DataFrame:

@@ -433,3 +433,50 @@ def test_fused_optimizer_row_inserts_a_cell_that_runs_it_fused(tmp_path) -> None
     finally:
         session().use_store(None)
         shell.reset(new_session=False)
+
+
+def test_a_fused_optimizer_verdict_cites_the_optimizers_ops_not_a_model_op() -> None:
+    """Engine compute is the largest category and its largest engine-bound op is a model op (the SwiGLU backward
+    mul); the first-ranked change is fused AdamW: the reason names what that change acts on (the optimizer's ops,
+    their share of the step, the optimizer.step() line), never the model op."""
+    from neuron_studio.profiler.analysis import step_breakdown as bdm
+    from neuron_studio.profiler.analysis.hot_path import HotOp
+
+    parts = [bdm.BreakdownPart("compute", "engine compute", 510.0, 0.51),
+             bdm.BreakdownPart("launch", "launch overhead", 400.0, 0.40),
+             bdm.BreakdownPart("idle", "idle", 90.0, 0.09)]
+    bd = bdm.StepBreakdown("modeled device time", 1000.0, parts, pd.DataFrame())
+    hot = [HotOp("aten::mul", "Block.mlp (backward)", "cell-32:38", 1, 300, 0.3, "memory", "memory-bound: ...",
+                 "vector")]
+    fused = {"variant": "fused AdamW", "kind": "code", "mode": "eager", "speedup": 1.4,
+             "run": "opt = torch.optim.AdamW(model.parameters(), fused=True)", "where": "where opt is built",
+             "addresses": ("launch", "compute"), "acts_on": "the AdamW optimizer's ops",
+             "scope": {"share": 0.382, "ns": 382.0, "launches": 48.0, "source": "cell-33:3"},
+             "target_ops": ["aten::addcdiv_", "aten::lerp_"]}
+    empty = bdm.RowCategories(np.zeros(0), np.zeros(0), np.zeros(0, dtype=object), np.zeros(0, dtype=object))
+    recs = bdm.recommend(bd, {k: empty for k in bdm.CATEGORIES}, mode="eager", launches_per_step=76, hot=hot,
+                         advice=[fused])
+    first = recs[0]
+    assert first.category == "compute" and "fused AdamW" in first.text
+    assert "the AdamW optimizer's ops take 38% of the step (48 launches) at cell [33] line 3" in first.text
+    assert "aten::mul" not in first.text and "cell [32]" not in first.text
+    assert first.ops == ["aten::addcdiv_", "aten::lerp_"]           # the rows it highlights are the optimizer's
+    # without a code change the category still names its largest engine-bound op
+    plain = bdm.recommend(bd, {k: empty for k in bdm.CATEGORIES}, mode="eager", launches_per_step=76, hot=hot)
+    assert "most in aten::mul at cell [32] line 38 (memory-bound)" in plain[0].text
+
+
+def test_fused_optimizer_scope_is_the_optimizers_share_of_the_modeled_step() -> None:
+    prof = _adamw_step(False, "eager")
+    row = next(r for r in prof.advice() if r["variant"] == "fused AdamW")
+    opt = prof.ops[prof.ops["module"] == "optimizer.AdamW"]
+    scope = row["scope"]
+    assert row["acts_on"] == "the AdamW optimizer's ops"
+    # eager: one op at a time, each with its launch; the optimizer's ops and launches per step, as the model has them
+    per_step = (opt["device_ns"].sum() + opt["launch_ns"].sum()) / prof.steps
+    assert scope["ns"] == pytest.approx(per_step, rel=1e-6)
+    assert scope["share"] == pytest.approx(per_step / prof.step_time_ns, rel=1e-6)
+    assert scope["launches"] == pytest.approx(opt["launch"].sum() / prof.steps)
+    assert scope["source"] == opt["source"].mode().iloc[0]        # the opt.step() line
+    recs = [r.text for r in prof.step_breakdown().recommendations if "fused AdamW" in r.text]
+    assert all("the AdamW optimizer's ops take" in t and "most in" not in t for t in recs)

@@ -64,6 +64,7 @@ class CodeChange:
     addresses: tuple[str, ...]
     cell: str | None = None
     targets: frozenset = frozenset()   # (op, module) pairs of the recorded ops it changes (the hot path cites it)
+    acts_on: str = ""                  # what those ops are, as a reason names them ("the AdamW optimizer's ops")
 
 
 def _shapes(text: Any) -> list[tuple[int, ...]]:
@@ -181,7 +182,8 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
     line, where = _optimizer_line(cls, optimizers)
     targets = frozenset(zip(trace_ops.loc[drop, "name"].astype(str), trace_ops.loc[drop, "module"].astype(str)))
     return CodeChange("fused_optimizer", f"fused {cls}", line, where, ops, FUSED_BASIS, ("launch", "compute"),
-                      cell=_fused_cell(cls, optimizers, cell, run_id), targets=targets)
+                      cell=_fused_cell(cls, optimizers, cell, run_id), targets=targets,
+                      acts_on=f"the {' and '.join(classes)} optimizer's ops")
 
 
 def _optimizer_line(cls: str, optimizers: dict[str, dict] | None) -> tuple[str, str]:
@@ -342,7 +344,7 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
     new_cell, where = _autocast_cell(trace_ops, cell, run_id)
     targets = frozenset(zip(trace_ops.loc[fp32, "name"].astype(str), trace_ops.loc[fp32, "module"].astype(str)))
     return CodeChange("autocast_bf16", "bf16 autocast", AUTOCAST_LINE, where, ops, AUTOCAST_BASIS, ("compute",),
-                      cell=new_cell, targets=targets)
+                      cell=new_cell, targets=targets, acts_on="the FP32 matmuls/convolutions")
 
 
 _CELL_LINE = re.compile(r"^cell-(?P<cell>[^:]+):(?P<line>\d+)$")
@@ -417,7 +419,7 @@ def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None]
     ops = trace_ops[~sync].reset_index(drop=True)
     targets = frozenset(zip(trace_ops.loc[sync, "name"].astype(str), trace_ops.loc[sync, "module"].astype(str)))
     return CodeChange("host_syncs", f"no host sync in the step ({n / steps:.3g} per step)", line, where, ops,
-                      SYNC_BASIS, ("sync", "launch"), targets=targets)
+                      SYNC_BASIS, ("sync", "launch"), targets=targets, acts_on="the host syncs")
 
 
 def data_dependent_ops(trace_ops: pd.DataFrame, kinds: np.ndarray | None = None) -> list[str]:

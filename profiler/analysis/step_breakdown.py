@@ -26,7 +26,7 @@ from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, counted, source_la
 
 __all__ = ["CATEGORIES", "LABELS", "BreakdownError", "BreakdownPart", "Recommendation", "StepBreakdown",
            "RowCategories", "breakdown_windows", "modeled_rows", "modeled_breakdown", "gpu_breakdown", "host_breakdown",
-           "unavailable_breakdown", "recommend", "advice_text", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE",
+           "unavailable_breakdown", "recommend", "advice_text", "change_scope", "MEASURED_UNDETERMINED", "RECOMMEND_MIN_SHARE",
            "MAX_RECOMMENDATIONS"]
 
 #: Priority order: an instant in several categories counts for the first. "idle" is what none covers.
@@ -384,6 +384,44 @@ def advice_text(row: dict) -> str:
     return f"{name}: {run} ({sp})" if run else f"{name} ({sp})"
 
 
+def change_scope(device_ops: pd.DataFrame, trace_ops: pd.DataFrame, targets: Any, *, steps: int,
+                 step_time_ns: float) -> dict[str, Any] | None:
+    """What a code change acts on, as a recommendation cites it: the share of the step its ops take on the device
+    timeline (their launches included, overlaps counted once), their launches per step and the source line where
+    most of that time is. `targets`: the (op, module) pairs the change rewrites; row i of both tables is the same
+    op; `step_time_ns` is summed over the `steps`. None when no recorded op is a target."""
+    targets = set(targets or ())
+    if not targets or not len(trace_ops) or len(device_ops) != len(trace_ops) or step_time_ns <= 0:
+        return None
+    names = trace_ops["name"].astype(str).to_numpy(dtype=object)
+    modules = trace_ops["module"].astype(str).to_numpy(dtype=object)
+    sel = np.fromiter(((n, m) in targets for n, m in zip(names, modules)), dtype=bool, count=len(names))
+    if not sel.any():
+        return None
+    end = device_ops["end_ns"].to_numpy(np.float64)[sel]
+    ovh = device_ops["launch_overhead_ns"].to_numpy(np.float64)[sel] if "launch_overhead_ns" in device_ops \
+        else np.zeros(int(sel.sum()))
+    start = device_ops["start_ns"].to_numpy(np.float64)[sel] - ovh
+    us, ue = union_intervals(start, end)
+    ns = float((ue - us).sum())
+    by_source = pd.Series(end - start).groupby(pd.Series(trace_ops["source"].to_numpy(dtype=object)[sel])
+                                               .fillna("").astype(str).to_numpy()).sum()
+    source = str(by_source.idxmax()) if len(by_source) and by_source.max() > 0 else ""
+    return {"share": ns / step_time_ns, "ns": ns / max(1, steps), "launches": float((ovh > 0).sum()) / max(1, steps),
+            "source": source or None}
+
+
+def _scope_text(row: dict | None) -> str:
+    """"the AdamW optimizer's ops take 38% of the step (48 launches) at cell [33] line 3" from an advice row's
+    `scope` (`change_scope`) and `acts_on`; "" when the row has none."""
+    scope = (row or {}).get("scope")
+    what = (row or {}).get("acts_on")
+    if not scope or not what:
+        return ""
+    n = f" ({counted(scope['launches'], 'launch')})" if scope.get("launches") else ""
+    return f"{what} take {100 * float(scope['share']):.0f}% of the step{n}{_where(scope.get('source'))}"
+
+
 def _addresses(row: dict) -> tuple[str, ...]:
     return tuple(row.get("addresses") or _ADDRESSES.get(str(row.get("kind")), ()))
 
@@ -395,7 +433,8 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
     first), each naming the fix and the rows that justify it.
 
     `advice`: the what-if advisor's rows in its ranking (`what_if.rank_rows`, best first; dicts with kind, mode,
-    variant, run, speedup, and for a code change the categories it `addresses`). The largest category's fix is the
+    variant, run, speedup, and for a code change the categories it `addresses`, what it `acts_on`, the `scope` of
+    those ops (`change_scope`) and their names, `target_ops`: the reason it cites). The largest category's fix is the
     first-ranked row, so the bar's verdict and the What if line name the same change; a later category names the
     best-ranked row that shrinks it. Without a ranked row a category gets the general fix (never an NKI kernel
     the advisor did not rank)."""
@@ -412,7 +451,7 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
             ranked.insert(0, lead)
     modes_named: list[str] = []
 
-    def ranked_fix(category: str) -> str | None:
+    def ranked_pick(category: str) -> dict | None:
         if not out and advice:
             pick = advice[0]
         else:   # modes are alternatives to each other: after one mode, never a second
@@ -423,7 +462,7 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         used.add(pick["variant"])
         if pick.get("kind") == "mode":
             modes_named.append(str(pick.get("mode")))
-        return advice_text(pick)
+        return pick
 
     for p in ranked:
         if p.share < RECOMMEND_MIN_SHARE or len(out) >= MAX_RECOMMENDATIONS:
@@ -432,11 +471,15 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         top = _top(rows[p.key]) if p.key in rows else []
         ops = list(dict.fromkeys(op for op, _, _ in top))
         op, src = (top[0][0], top[0][1]) if top else ("", None)
-        fix = ranked_fix(p.key)
+        pick = ranked_pick(p.key)
+        fix = advice_text(pick) if pick is not None else None
+        # a code change's reason is what it acts on (its ops' share and line), not the category's largest op
+        scope = _scope_text(pick)
+        cited = list((pick or {}).get("target_ops") or ()) if scope else []
         if p.key == "launch":
             n = f" ({counted(launches_per_step, 'launch')} per step)" if launches_per_step else ""
-            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n} → {fix or _launch_fix(mode, computed)}",
-                                      "optable", ops))
+            out.append(Recommendation(p.key, p.share, f"{pct} launch overhead{n}{'; ' + scope if scope else ''} → "
+                                      f"{fix or _launch_fix(mode, computed)}", "optable", cited or ops))
         elif p.key == "fallback":
             tab = "fallbacks" if op in set(fallback_ops) else "optable"
             reason = str((fallback_reasons or {}).get(op) or "")
@@ -464,6 +507,9 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
         elif p.key == "compute":
             h = next((h for h in hot if h.bound in ("compute", "memory")), None)   # engine-bound work
             if h is None and fix is None:
+                continue
+            if scope:
+                out.append(Recommendation(p.key, p.share, f"{pct} engine compute; {scope} → {fix}", "hot", cited))
                 continue
             where = f", most in {h.op}{_where(h.source)} ({h.bound}-bound)" if h is not None else ""
             general = str(getattr(h, "why", "") or "").partition(": ")[2] or "see the hot path"
