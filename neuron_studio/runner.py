@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 
 from neuron_studio import device as _device
+from neuron_studio.profiler.vocabulary import source_label
 from neuron_studio.session import load_stored_profile, save_profile, session
 
 __all__ = ["CellRun", "run_cell", "device_report", "runs_table", "show_run", "compare_runs", "porting_check"]
@@ -289,7 +290,7 @@ def run_cell(shell: Any, spec: CellRun) -> Any:
         rows = breaks.rows(source_of=lambda s: _renamed(namer, s))
         cap.trace.meta["graph_breaks"] = rows
         for b in rows:
-            warnings.append(f"graph break at {b['source']} ({b['count']}x): {b['reason']}")
+            warnings.append(f"graph break at {source_label(b['source']) or '?'} ({b['count']}x): {b['reason']}")
     prof = None
     summary = None
     try:

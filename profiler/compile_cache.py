@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuron_studio.profiler.vocabulary import source_label
+
 __all__ = ["CompileCache", "CompileCacheWatch", "COUNTERS", "TIME_METRIC", "SIZE_METRIC", "compile_line"]
 
 COUNTERS = {
@@ -67,10 +69,8 @@ def _fmt_s(ns: float) -> str:
 
 
 def _where(source: Any) -> str:
-    if not source:
-        return "an unknown line"
-    path, _, line = str(source).rpartition(":")
-    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}" if path else str(source)
+    """The graph's source in the one source format (`cell [N] line L` / `file.py:L`)."""
+    return source_label(source) or "an unknown line"
 
 
 def compile_line(cc: CompileCache) -> str:

@@ -26,13 +26,19 @@ def _s(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool)) else str(v)
 
 
+def _module(prof: Any, module: Any, op: Any) -> Any:
+    """The module of a storage allocated by a step op as every view shows it (`Profile.module_label`); a storage
+    from before the step (no op) keeps none."""
+    return prof.module_label(module) if isinstance(op, str) and op else _s(module)
+
+
 def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_ROWS) -> dict[str, Any] | None:
     """The memory block of a profile, or None when the profile holds no memory record."""
     if prof.trace.memory is None or not len(prof.trace.memory):
         return _measured_block(prof)
     try:
         tl = prof.memory_timeline()
-        peak = prof.memory_peak()
+        peak = prof.memory_peak(as_captured=True)   # sources as captured: the extension's links parse them
         forecast = prof.memory_forecast()
         bounds = prof.memory_bounds()
         acts = prof.activation_memory()
@@ -49,7 +55,8 @@ def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_RO
     return {
         "device": int(a["device"]),
         "peak_bytes": int(a["peak_bytes"]),
-        "peak": {"op": _s(a["op"]), "module": _s(a["module"]), "source": _s(a["source"]), "phase": _s(a["phase"]),
+        "peak": {"op": _s(a["op"]), "module": _module(prof, a["module"], a["op"]), "source": _s(a["source"]),
+                 "phase": _s(a["phase"]),
                  "step": int(a["step"]), "index": peak_row},
         "by_category": {c: int(v) for c, v in a["by_category"].items()},
         "categories": list(CATEGORIES),
@@ -62,7 +69,8 @@ def memory_block(prof: Any, *, bins: int = MEMORY_BINS, live_rows: int = LIVE_RO
             "events": int(len(tl)),
         },
         "live": [{"nbytes": int(r.nbytes), "category": r.category, "name": _s(r.name), "dtype": _s(r.dtype),
-                  "shape": _s(r.shape), "op": _s(r.op), "module": _s(r.module), "source": _s(r.source)}
+                  "shape": _s(r.shape), "op": _s(r.op), "module": _module(prof, r.module, r.op),
+                  "source": _s(r.source)}
                  for r in peak.head(live_rows).itertuples(index=False)],
         "live_count": int(len(peak)),
         "activations": [{"module": r.module, "activation_bytes": float(r.activation_bytes),

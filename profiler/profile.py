@@ -33,6 +33,7 @@ from neuron_studio.profiler.display import display_layer
 from neuron_studio.profiler.kineto import is_collective_name
 from neuron_studio.profiler.display import registered as display_registered
 from neuron_studio.profiler.trace import Trace
+from neuron_studio.profiler.vocabulary import module_label, source_label
 
 __all__ = ["Profile", "Cost"]
 
@@ -168,6 +169,14 @@ class Profile:
     @property
     def modeled_figures(self) -> bool:
         return self.trace.meta.get("figures", {}).get("device_time", "modeled") == "modeled"
+
+    def module_label(self, module: Any) -> str:
+        """An op's module as every view shows it (`vocabulary.module_label`): an empty one is "top level" where the
+        studio's module tracker saw every module call (eager and adaptive captures), "—" where it cannot tell
+        (compile mode's graphs record no module; a trace imported from elsewhere)."""
+        known = self.trace.mode != "compile" and not (
+            self.trace.meta.get("backend") == "imported" or isinstance(self.trace.meta.get("imported"), dict))
+        return module_label(module, top_level_known=known)
 
     # -- analyses ----------------------------------------------------------------------------------
     def op_table(self, by: str = "op", *, sort: str = "device_ns", top: int | None = None) -> pd.DataFrame:
@@ -381,7 +390,7 @@ class Profile:
         if not outside.any():
             return []
         gb = self.graph_breaks()
-        where = "; ".join(f"{r.source} ({r.reason})" for r in gb.head(3).itertuples(index=False))
+        where = "; ".join(f"{source_label(r.source) or '?'} ({r.reason})" for r in gb.head(3).itertuples(index=False))
         return [f"{outside.sum() / self.steps:.0f} launch(es) per step run outside the compiled graphs, eagerly"
                 + (f": graph breaks at {where}" if where else "") + " → remove the breaks so those ops join a graph"]
 
@@ -590,13 +599,25 @@ class Profile:
         dt = pd.Series(self.ops["device_end_ns"].to_numpy(), index=self.ops["seq"].to_numpy())
         return _mem.memory_timeline(self.trace.memory, device=device, device_time=dt[~dt.index.duplicated()])
 
-    def memory_peak(self, top: int | None = None, device: int | None = None) -> pd.DataFrame:
+    def memory_peak(self, top: int | None = None, device: int | None = None, *, as_captured: bool = False
+                    ) -> pd.DataFrame:
         """What is live at the peak, largest first, with the op, module and source line that allocated it.
-        `nbytes` sums to the peak (before `top`); `.attrs` holds the peak, where it happens, and per category."""
+        `nbytes` sums to the peak (before `top`); `.attrs` holds the peak, where it happens, and per category.
+        Sources read `cell [N] line L` / `file.py:L` and modules as every view shows them (`module_label`);
+        `as_captured=True` keeps both as captured (`cell-N:L`: the key source links parse)."""
         _mem._require(self.trace.memory, self.trace.meta)
         peak = self._memory_peak(device)
         out = (peak.head(top) if top is not None else peak).copy()
         out.attrs = copy.deepcopy(peak.attrs)
+        if not as_captured:
+            out["source"] = [source_label(x) if isinstance(x, str) and x else x for x in out["source"]]
+            out["module"] = [self.module_label(m) if isinstance(o, str) and o else m   # allocated by a step op
+                             for m, o in zip(out["module"], out["op"])]
+            a = out.attrs
+            if isinstance(a.get("source"), str) and a["source"]:
+                a["source"] = source_label(a["source"])
+            if isinstance(a.get("op"), str) and a["op"]:
+                a["module"] = self.module_label(a.get("module"))
         return out
 
     def _memory_peak(self, device: int | None) -> pd.DataFrame:

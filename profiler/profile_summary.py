@@ -83,7 +83,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     for h in prof.hot_path():
         k = h.kernels[0] if h.kernels else None
         hot.append({
-            "op": h.op, "module": h.module, "source": h.source, "device_ns": _int(h.device_ns / steps),
+            "op": h.op, "module": prof.module_label(h.module), "source": h.source, "device_ns": _int(h.device_ns / steps),
             "share": finite_float(h.share), "bound": h.bound, "why": h.why, "engine": h.engine,
             "count": finite_float(h.count / steps),
             "change": changes.get((h.op, h.module.removesuffix(" (backward)").removesuffix("(backward)"))),
@@ -148,7 +148,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,
                        "time_ns": finite_float(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
-        "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": r.module}
+        "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": prof.module_label(r.module)}
                         for r in sp.head(50).itertuples(index=False)],
         "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
                        for r in rc.itertuples(index=False)],

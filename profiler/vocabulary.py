@@ -5,7 +5,7 @@ them. No imports, so the JupyterLab extension can load this file without importi
 """
 from __future__ import annotations
 
-__all__ = ["source_label", "counted", "CELL_SOURCE_PREFIX", "MODES", "DEVICE_ENGINES", "NO_ENGINE", "HOST_ENGINE", "COLLECTIVE_PREFIX", "ENGINE_LABELS", "GATED_MLP_NAMES"]
+__all__ = ["source_label", "module_label", "counted", "BACKWARD_SUFFIX", "TOP_LEVEL", "CELL_SOURCE_PREFIX", "MODES", "DEVICE_ENGINES", "NO_ENGINE", "HOST_ENGINE", "COLLECTIVE_PREFIX", "ENGINE_LABELS", "GATED_MLP_NAMES"]
 
 #: How a cell runs on the device: op by op, op-by-op with modeled fusion, or compiled graphs.
 MODES: tuple[str, ...] = ("eager", "adaptive", "compile")
@@ -45,6 +45,26 @@ def source_label(source: object) -> str:
     if path.startswith(CELL_SOURCE_PREFIX) and path[len(CELL_SOURCE_PREFIX):].isdigit():
         return f"cell [{path[len(CELL_SOURCE_PREFIX):]}] line {line}"
     return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}"
+
+
+#: How a backward op's module reads: its forward module's path and this suffix ("Block.mlp (backward)").
+BACKWARD_SUFFIX = " (backward)"
+#: The module of an op that ran outside every nn.Module (the step's own code, e.g. the loss).
+TOP_LEVEL = "top level"
+
+
+def module_label(module: object, top_level_known: bool = True) -> str:
+    """The one way an op's module reads on screen. The capture records "" for an op outside every nn.Module and
+    "(backward)" for the backward of one; shown as "top level" / "top level (backward)", so that "(backward)" is
+    only ever a suffix to a name. `top_level_known` False (compile mode, whose graphs record no module; a trace
+    imported from elsewhere): an empty module is not known to be the top level, so "—" and "backward pass"."""
+    m = "" if module is None or (isinstance(module, float) and module != module) else str(module)
+    bare = m.strip()
+    if bare and bare != BACKWARD_SUFFIX.strip():
+        return m
+    if not top_level_known:
+        return "backward pass" if bare else "—"
+    return TOP_LEVEL + (BACKWARD_SUFFIX if bare else "")
 
 
 def counted(n: float, noun: str, plural: str | None = None) -> str:

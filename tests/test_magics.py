@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -351,9 +352,13 @@ def test_op_sources_of_earlier_cells_name_the_cell(ip):
     sources = set(prof.trace.ops["source"].dropna())
     assert sources and all(s.startswith("cell-") for s in sources), sources
     assert f"cell-{ok.execution_count}:2" in sources
-    mem_sources = set(prof.memory_peak()["source"].dropna())
+    mem_sources = set(prof.memory_peak(as_captured=True)["source"].dropna())
     assert f"cell-{ok.execution_count}:2" in mem_sources                  # old code: IPython's own file name
     assert all(s.startswith("cell-") for s in mem_sources), mem_sources
+    # as the user reads them: the one source format
+    shown = set(prof.memory_peak()["source"].dropna())
+    assert f"cell [{ok.execution_count}] line 2" in shown
+    assert all(re.fullmatch(r"cell \[\d+\] line \d+", s) for s in shown), shown
 
 
 def test_missing_run_is_a_message_not_a_traceback(ip, capsys):
@@ -365,3 +370,52 @@ def test_missing_run_is_a_message_not_a_traceback(ip, capsys):
         assert "99999" in str(res.error_in_exec) or "99998" in str(res.error_in_exec)
     shown = capsys.readouterr()
     assert "Traceback" not in shown.out + shown.err and "RunNotFound" not in shown.out + shown.err
+
+
+_ONE_FORMAT = re.compile(r"cell \[\d+\] line \d+")
+
+
+def test_check_counts_read_as_integers_and_sources_in_the_one_format(ip):
+    """Issue 28 (walk F10): `%neuron_check` wrote "9.0 host syncs per step" and "at cell-2:19"."""
+    body = STEP + "for _ in range(3):\n    v = loss.item()\n"
+    res = run(ip, "--mode adaptive --steps 2 --name check-syncs", body)
+    assert res.success, res.error_in_exec
+    by = {i.topic: i for i in ip.run_line_magic("neuron_check", "check-syncs").report.items}
+    sync = by["sync_points"]
+    assert sync.message.startswith("3 host syncs per step "), sync.message      # a count, not "3.0"
+    assert sync.details and all(_ONE_FORMAT.search(d) and "cell-" not in d for d in sync.details), sync.details
+    assert all(re.search(r" at cell \[\d+\] line 5$", d) for d in sync.details if "item" in d), sync.details
+
+
+def test_compile_mode_notes_and_tables_use_the_one_source_format_and_name_modules(ip):
+    """Walk F6/F7: the breakdown's graph-break note read "graph breaks at cell-7:2", and the hot path's module
+    column "(backward)" alone (compile mode records no module inside its graphs)."""
+    res = run(ip, "--mode compile --steps 2 --name compile-labels")
+    assert res.success, res.error_in_exec
+    prof = res.result
+    notes = " ".join(prof.step_breakdown().notes)
+    assert "graph breaks at" in notes and "cell-" not in notes and _ONE_FORMAT.search(notes), notes
+    s = prof.summary_payload
+    assert all("cell-" not in w for w in s.get("warnings") or []), s.get("warnings")
+    modules = [h["module"] for h in s["hot_ops"]]
+    assert modules and all(m and not m.startswith("(") for m in modules), modules
+    assert "top level" not in " ".join(modules)      # not known in compile mode: never claimed
+    checked = ip.run_line_magic("neuron_check", "compile-labels").report.items
+    details = [d for i in checked for d in i.details]
+    assert all("cell-" not in d for d in details), details
+
+
+def test_ops_outside_every_module_read_top_level(ip):
+    """Walk F11: a loss computed in the cell (outside every module) read "in (backward)" in its backward."""
+    res = run(ip, "--name top-level")
+    assert res.success, res.error_in_exec
+    prof = res.result
+    raw = set(prof.trace.ops["module"])
+    assert "" in raw and "(backward)" in raw                      # pow/mean of the loss and their backward
+    peak, captured = prof.memory_peak(), prof.memory_peak(as_captured=True)
+    pairs = {(c, m) for c, m, op in zip(captured["module"], peak["module"], peak["op"]) if isinstance(op, str)}
+    assert ("", "top level") in pairs or ("(backward)", "top level (backward)") in pairs, pairs
+    assert all(m == {"": "top level", "(backward)": "top level (backward)"}.get(c, c) for c, m in pairs), pairs
+    s = prof.summary_payload
+    labels = {h["module"] for h in s["hot_ops"]} | {r["module"] for r in s["memory"]["live"] if r["op"]}
+    assert not any(m == "" or m.startswith("(") for m in labels), labels

@@ -162,7 +162,7 @@ def test_activation_memory_per_module_and_bounds() -> None:
     assert per_block.nunique() == 1 and per_block.iloc[0] > 0
     # a parent counts its children
     assert acts.loc["GPT", "activation_bytes"] >= per_block.sum()
-    peak = prof.memory_peak()
+    peak = prof.memory_peak(as_captured=True)      # modules as captured: "" is outside every module
     assert acts.loc["GPT", "at_peak_bytes"] == peak.attrs["by_category"]["activation"] - int(
         peak.loc[(peak["category"] == "activation") & (peak["module"].fillna("") == ""), "nbytes"].sum())
     b = prof.memory_bounds()
@@ -180,10 +180,12 @@ def test_the_profiles_memory_peak_is_found_once_and_handed_out_as_copies() -> No
     mine = prof.memory_peak()
     mine["nbytes"] = 0                                   # a caller's changes stay in its copy
     mine.attrs["by_category"]["parameter"] = -1
-    again = prof.memory_peak()
+    again = prof.memory_peak(as_captured=True)
     pd.testing.assert_frame_equal(again, fresh)
     assert again.attrs == fresh.attrs and again.attrs["by_category"]["parameter"] > 0
-    pd.testing.assert_frame_equal(prof.memory_peak(top=3), fresh.head(3))
+    pd.testing.assert_frame_equal(prof.memory_peak(top=3, as_captured=True), fresh.head(3))
+    shown = prof.memory_peak()                           # as every view shows them: the same rows, labelled
+    assert shown["nbytes"].tolist() == fresh["nbytes"].tolist() and shown.attrs["peak_bytes"] == fresh.attrs["peak_bytes"]
     assert prof.memory_forecast().peak_bytes == fresh.attrs["peak_bytes"]
     pd.testing.assert_frame_equal(prof.activation_memory(),
                                   activation_memory(prof.trace.memory, steps=prof.steps))

@@ -7,7 +7,7 @@ from typing import Any
 
 from neuron_studio.profiler.analysis.fusion_regions import region_splits
 from neuron_studio.profiler.summary_numbers import usd_text
-from neuron_studio.profiler.vocabulary import counted
+from neuron_studio.profiler.vocabulary import counted, source_label
 
 __all__ = ["CheckItem", "PortingReport", "porting_report"]
 
@@ -47,6 +47,11 @@ class PortingReport:
         return asdict(self)
 
 
+def _at(source: Any) -> str:
+    """An op source as every view writes it (`cell [N] line L` / `file.py:L`), "?" when unknown."""
+    return source_label(source) if isinstance(source, str) and source else "?"
+
+
 def porting_report(prof: Any) -> PortingReport:
     items: list[CheckItem] = []
     fb = prof.cpu_fallbacks()
@@ -54,7 +59,7 @@ def porting_report(prof: Any) -> PortingReport:
         items.append(CheckItem(
             "error", "fallbacks", f"{int(fb['count'].sum())} op executions in {len(fb)} op types fall back to CPU",
             "replace them (a lowered op, a different formulation, or an NKI kernel) or move them out of the step",
-            [f"{r.op} x{r.count}: {r.reason}" + (f" at {r.sources[0]}" if r.sources else "")
+            [f"{r.op} x{r.count}: {r.reason}" + (f" at {_at(r.sources[0])}" if r.sources else "")
              for r in fb.itertuples(index=False)]))
     else:
         items.append(CheckItem("ok", "fallbacks", "no CPU fallbacks"))
@@ -62,7 +67,7 @@ def porting_report(prof: Any) -> PortingReport:
     dd = ops[ops["sync"] == "data_dependent"]
     rc = prof.recompiles()
     if len(dd) or len(rc):
-        det = [f"{r.op} at {r.source or '?'}: output shape depends on values" for r in dd.head(10).itertuples()]
+        det = [f"{r.op} at {_at(r.source)}: output shape depends on values" for r in dd.head(10).itertuples()]
         det += [f"recompile of {r.graph_key} for shapes {r.shapes}" for r in rc.itertuples(index=False)]
         items.append(CheckItem(
             "error" if len(rc) else "warning", "dynamic_shapes",
@@ -83,12 +88,13 @@ def porting_report(prof: Any) -> PortingReport:
     sp = prof.sync_points()
     sp = sp[sp["reason"] != "synchronize"] if len(sp) else sp
     if len(sp):
-        per_step = len(sp) / prof.steps
+        per_step = round(len(sp) / prof.steps, 1)
         items.append(CheckItem(
-            "warning", "sync_points", f"{per_step:.1f} host syncs per step ({', '.join(sorted(set(sp['reason'])))})",
+            "warning", "sync_points", f"{per_step:g} host sync{'' if per_step == 1 else 's'} per step "
+            f"({', '.join(sorted(set(sp['reason'])))})",
             "each sync ends an adaptive-eager fusion group and stalls the host: accumulate on device, "
             "call .item() once per N steps",
-            [f"{r.op} ({r.reason}) at {r.source or '?'}" for r in sp.head(10).itertuples(index=False)]))
+            [f"{r.op} ({r.reason}) at {_at(r.source)}" for r in sp.head(10).itertuples(index=False)]))
     else:
         items.append(CheckItem("ok", "sync_points", "no host syncs inside the step"))
     items.extend(_region_items(prof))
@@ -125,7 +131,7 @@ def _compile_item(prof: Any) -> CheckItem | None:
         return None
     graphs = cc.get("graphs") or []
     new = [g for g in graphs if g.get("new_shape")]
-    details = [f"{g.get('op') or '?'} at {g.get('source') or '?'}: {g.get('shapes') or '?'}, "
+    details = [f"{g.get('op') or '?'} at {_at(g.get('source'))}: {g.get('shapes') or '?'}, "
                f"{(g.get('time_ns') or 0) / 1e6:.3g} ms, NEFF {g.get('neff_bytes') or 0:,} bytes"
                for g in (new or sorted(graphs, key=lambda g: -(g.get("time_ns") or 0)))[:10]]
     if new:
@@ -144,7 +150,7 @@ def _region_items(prof: Any) -> list[CheckItem]:
         reg = prof.fusion_regions()
         splits = region_splits(reg, prof.steps)
         if splits:
-            details = [f"{d['op']} at {d['source'] or '?'} ({d['per_step']:.0f} per step): {d['fix']}"
+            details = [f"{d['op']} at {_at(d['source'])} ({d['per_step']:.0f} per step): {d['fix']}"
                        for d in splits[:10]]
             items.append(CheckItem("warning", "regions",
                                    f"{len(reg) / prof.steps:.0f} adaptive-eager launches per step; "
@@ -158,7 +164,7 @@ def _region_items(prof: Any) -> list[CheckItem]:
             items.append(CheckItem("warning", "graph_breaks", f"{int(gb['count'].sum())} graph break(s) at "
                                    f"{len(gb)} line(s): ops between graphs run eagerly, one launch each",
                                    "remove the break at its line (see graph_breaks())",
-                                   [f"{r.source}: {r.reason}" for r in gb.itertuples(index=False)]))
+                                   [f"{_at(r.source)}: {r.reason}" for r in gb.itertuples(index=False)]))
         else:
             items.append(CheckItem("ok", "graph_breaks", "no graph breaks"))
     return items
