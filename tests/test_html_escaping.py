@@ -198,3 +198,19 @@ def test_measured_provenance_is_escaped(summary: dict) -> None:
     out = render_html(measured)
     _assert_no_raw_markup(out, "provenance")
     assert out.count(ESCAPED) == 3 and "host time: not captured" in out and "Modeled:" not in out
+
+
+def test_hot_op_names_stay_on_one_line_with_the_full_name_as_tooltip(summary: dict) -> None:
+    """Walk F3/F8: the hot table broke words mid-word ("comput|e", "aten::|mul") and cut module names without an
+    ellipsis; names are one-line spans capped with an ellipsis, the full (escaped) name their tooltip."""
+    s = copy.deepcopy(summary)
+    h = s["hot_ops"][0]
+    h.update(op="aten::_log_softmax_backward_data", module="GPT.blocks.11.mlp.<gate_proj> (backward)", bound="compute")
+    out = render_html(s)
+    esc = html.escape(h["module"], quote=True).replace("&#x27;", "&#39;")
+    assert f"<span class='nm' title='{h['op']}'>{h['op']}</span>" in out
+    assert f"title='{esc}'>{esc}</span>" in out and "<gate_proj>" not in out
+    css = re.search(r"\.nstu \.hot \.nm\{([^}]*)\}", out)
+    assert css and "text-overflow:ellipsis" in css.group(1) and "white-space:nowrap" in css.group(1)
+    assert re.search(r"\.hot td\.bd[^{]*\{white-space:nowrap\}", out)     # "compute" / "memory" never wrap
+    assert "<td class='bd'><span" in out
