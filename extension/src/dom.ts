@@ -37,6 +37,14 @@ export function el<K extends keyof HTMLElementTagNameMap>(
   return node;
 }
 
+/**
+ * A name in a table cell (an op, a module path): one line, never broken mid-word; a name longer than the cell's
+ * cap ends in an ellipsis, and its full text is the tooltip (`detail`, e.g. the op's reason, follows it there).
+ */
+export function nameCell(text: string, detail?: string): HTMLElement {
+  return el('span', { class: 'ns-Name', text, title: detail ? `${text}\n${detail}` : text });
+}
+
 export const isNum = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
 
 export function fmtNs(ns: number | null | undefined): string {

@@ -167,7 +167,7 @@ export function memorySection(m: IMemoryBlock, link: SourceLinker): HTMLElement 
   };
   const area = memoryAreaSvg(m, showLive);
   const where = m.peak
-    ? `at ${m.peak.op ?? '?'} in ${m.peak.module || '(no module)'}${m.peak.phase && !(m.peak.module ?? '').endsWith('(backward)') ? ` (${m.peak.phase})` : ''}`
+    ? `at ${m.peak.op ?? '?'} in ${m.peak.module || '(no module)'}${m.peak.phase && !(m.peak.module ?? '').includes(m.peak.phase) ? ` (${m.peak.phase})` : ''}`
     : '';
   const legend = el(
     'div',

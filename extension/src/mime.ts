@@ -29,6 +29,7 @@ import {
   fmtSignedPct,
   fmtUsd,
   isNum,
+  nameCell,
   table
 } from './dom';
 import { predictionText, whatIfSection } from './advisor';
@@ -193,12 +194,16 @@ function hotFix(op: IHotOp, actions: IProfileViewActions): HTMLElement | string 
   return el('span', { class: 'ns-HotFix' }, ...parts);
 }
 
-export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
+export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLElement {
+  return el('div', { class: 'ns-HotOpsBox' }, hotOpsRows(ops, actions));
+}
+
+function hotOpsRows(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
   return table(
     ['Op', 'Module', 'Source', 'Device time/step (modeled)', 'Share', 'Bound', 'Change / NKI kernel'],
     ops.map(op => [
-      el('span', { text: String(op.op), title: op.why ? String(op.why) : '' }),
-      String(op.module ?? ''),
+      nameCell(String(op.op), op.why ? String(op.why) : undefined),
+      op.module ? nameCell(String(op.module)) : '—',
       sourceLink(op.source, actions),
       fmtNs(op.device_ns),
       fmtPct(op.share),
@@ -381,7 +386,7 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
         : stepRange(p)
     ),
     metric(p.modeled ? 'MFU (modeled)' : 'MFU', fmtPct(p.mfu)),
-    metric('MBU', fmtPct(p.mbu)),
+    metric(p.modeled ? 'MBU (modeled)' : 'MBU', fmtPct(p.mbu)),
     isNum(p.host_time_ns) ? metric('host time', fmtNs(p.host_time_ns)) : null,
     isNum(p.launches) ? metric('launches/step', fmtCount(p.launches)) : null,
     isNum(p.steps) ? metric('steps', String(p.steps)) : null,

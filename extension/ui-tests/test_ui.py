@@ -125,7 +125,7 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
     cost = p["cost"]
     for expected in ["train-step", f"run #{lab['second']}", "mode: adaptive", "chip: trn2",
                      "backend: emulated", "modeled", "step time (modeled)", fmt_ns(p["step_time_ns"]),
-                     fmt_pct(p["mfu"]), fmt_pct(p["mbu"]),
+                     fmt_pct(p["mfu"]), fmt_pct(p["mbu"]), "MFU (modeled)", "MBU (modeled)",
                      f"{fmt_signed(p['compare']['step_time_delta_pct'])} vs run #{p['compare']['run_id']}",
                      f"{p['badges']['fallbacks']} CPU fallbacks", f"{p['badges']['sync_points']} sync points",
                      "0 recompiles", "Cost per 1M steps (modeled)",
@@ -243,6 +243,68 @@ def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> Non
         assert note.startswith(f"Measured on Neuron hardware from {prov['measured_from']}.")
         assert "host time: not captured" in note and "host time" in prov["not_captured"]
         assert "step time (modeled)" not in profile.inner_text()
+    finally:
+        pg.close()
+
+
+#: Per hot-ops table at the visible tab: its right edge past the output's, words broken across lines, and names cut
+#: without an ellipsis or without their full text as the tooltip.
+_HOT_TABLE_DEFECTS = """p => {
+    const out = p.closest('.jp-OutputArea-output') || p; const right = out.getBoundingClientRect().right + 1;
+    const bad = [];
+    for (const t of p.querySelectorAll('.ns-TabPage:not([hidden]) table.ns-HotOps')) {
+        const r = t.getBoundingClientRect();
+        if (r.right > right) bad.push(`table ends at ${Math.round(r.right)} > ${Math.round(right)}`);
+        const walk = document.createTreeWalker(t.tBodies[0], NodeFilter.SHOW_TEXT);
+        for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+            if (n.parentElement.closest('.ns-Name')) continue;   // one line by construction, checked below
+            for (const m of n.textContent.matchAll(/[^\\s\\-\\/]+/g)) {
+                const range = document.createRange();
+                range.setStart(n, m.index); range.setEnd(n, m.index + m[0].length);
+                const tops = new Set([...range.getClientRects()].map(q => Math.round(q.top)));
+                if (tops.size > 1) bad.push(`"${m[0]}" broken across lines`);
+            }
+        }
+        for (const tr of t.tBodies[0].rows) {
+            if ((tr.textContent.match(/saves ~/g) || []).length > 1) bad.push(`"saves ~" twice in "${tr.cells[0].textContent}"`);
+        }
+        for (const nm of t.querySelectorAll('.ns-Name')) {
+            const cs = getComputedStyle(nm);
+            if (cs.whiteSpace !== 'nowrap' || cs.textOverflow !== 'ellipsis') bad.push(`name "${nm.textContent}" wraps`);
+            if (nm.scrollWidth > nm.clientWidth + 1 && !nm.title.startsWith(nm.textContent))
+                bad.push(`name "${nm.textContent}" cut without its full text as the tooltip`);
+        }
+    }
+    return bad;
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_hot_ops_fit_without_breaking_words(lab: dict, page, width: int) -> None:  # noqa: ANN001
+    """Walk F3/F8: the hot ops table wrapped "comput|e", "memor|y", "aten::|mul" and clipped "Block.gat" at the
+    output's edge. At the default output width (1280 px with the file browser) and a narrower one: the table fits,
+    no word breaks across lines, a long name ends in an ellipsis with the full (escaped) name as its tooltip, and a
+    kernel's saving is said once per row."""
+    pg = page.context.new_page()
+    try:
+        pg.set_viewport_size({"width": width, "height": 900})
+        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-hot-{width}/tree/02.ipynb?reset&token={TOKEN}")
+        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
+        profile.wait_for(timeout=30_000)
+        bad = {}
+        for name in ("Summary", "Hot path"):
+            profile.locator(".ns-Tab", has_text=name).click()
+            pg.wait_for_timeout(300)
+            assert profile.locator(".ns-TabPage:not([hidden]) table.ns-HotOps").count() == 1
+            pg.screenshot(path=str(ARTIFACTS / f"hot-ops-{name.lower().replace(' ', '-')}-{width}.png"))
+            found = profile.evaluate(_HOT_TABLE_DEFECTS)
+            if found:
+                bad[name] = found[:6]
+        hot = profile.locator(".ns-TabPage:not([hidden]) table.ns-HotOps")
+        hostile = hot.locator(".ns-Name", has_text="<script>")
+        assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
+        assert profile.locator("script").count() == 0
+        assert bad == {}, bad
     finally:
         pg.close()
 
