@@ -544,11 +544,29 @@ class Profile:
         return _wi.Variant(mode, s.chip, s.step_time_ns / n, s.step_time_low_ns / n if rng else None,
                            s.step_time_high_ns / n if rng else None, s.mfu, s.cost_per_step_usd / n * 1e6)
 
-    def cpu_fallbacks(self) -> pd.DataFrame:
-        return _blockers.cpu_fallbacks(self.ops)
+    def _as_shown(self, df: pd.DataFrame) -> pd.DataFrame:
+        """A table as a user reads it: its `source` (`sources`) in the one source format, its `module` as every
+        view names it (`module_label`); the captured keys stay in `trace.ops`."""
+        out = df.copy()
+        if "source" in out:
+            out["source"] = [source_label(x) if isinstance(x, str) and x else x for x in out["source"]]
+        if "sources" in out:
+            out["sources"] = [[source_label(x) for x in v] if isinstance(v, list) else v for v in out["sources"]]
+        if "module" in out:
+            out["module"] = [self.module_label(m) for m in out["module"]]
+        return out
 
-    def sync_points(self) -> pd.DataFrame:
-        return _blockers.sync_points(self.ops, list(self.device_run.groups) if self.trace.mode == "adaptive" else None)
+    def cpu_fallbacks(self, *, as_captured: bool = False) -> pd.DataFrame:
+        """Ops run on the host (CPU fallbacks, host round trips) with their count, time and source lines
+        (`cell [N] line L`; `as_captured=True`: as captured, `cell-N:L`)."""
+        fb = _blockers.cpu_fallbacks(self.ops)
+        return fb if as_captured else self._as_shown(fb)
+
+    def sync_points(self, *, as_captured: bool = False) -> pd.DataFrame:
+        """Each op that made the host wait, its source line (`cell [N] line L`; `as_captured=True`: as captured)
+        and module, and whether it ended an adaptive-eager fusion group."""
+        sp = _blockers.sync_points(self.ops, list(self.device_run.groups) if self.trace.mode == "adaptive" else None)
+        return sp if as_captured else self._as_shown(sp)
 
     def recompiles(self) -> pd.DataFrame:
         return _blockers.recompiles(self.trace.compiles)
@@ -585,10 +603,12 @@ class Profile:
         return _regions.fusion_regions(run.groups, joined_ops(self.trace.ops, run.ops_frame()),
                                        launched_only=launched_only)
 
-    def graph_breaks(self) -> pd.DataFrame:
-        """Compile mode: each graph break Dynamo reported, at the user's file:line, with its reason and count."""
+    def graph_breaks(self, *, as_captured: bool = False) -> pd.DataFrame:
+        """Compile mode: each graph break Dynamo reported, at the user's line (`cell [N] line L` / `file.py:L`;
+        `as_captured=True`: as captured), with its reason and count."""
         rows = self.trace.meta.get("graph_breaks") or []
-        return pd.DataFrame(rows, columns=["source", "reason", "count"])
+        gb = pd.DataFrame(rows, columns=["source", "reason", "count"])
+        return gb if as_captured else self._as_shown(gb)
 
     # -- device memory -----------------------------------------------------------------------------
     def memory_timeline(self, device: int | None = None) -> pd.DataFrame:

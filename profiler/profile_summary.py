@@ -100,7 +100,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     sized = prof.hot_basis == "modeled device time"
     no_timeline = _timeline_not_captured(prof)
     fb = prof.cpu_fallbacks()
-    sp = prof.sync_points()
+    sp = prof.sync_points(as_captured=True)     # sources as captured: the extension's links parse them
     rc = prof.recompiles()
     return _finite({
         "version": SUMMARY_VERSION,
