@@ -117,6 +117,13 @@ def test_inline_timeline_is_a_static_trace_with_ticks_steps_and_tooltips(summary
     assert any(t.startswith("aten::addmm · NC0 Tensor") and "shapes" in t for t in titles)
     assert "<script" not in page
     assert "Perfetto" in pane and "zoom" in pane
+    # each op's source in the one source format (`cell [N] line L` / `file.py:L`), never as captured
+    from neuron_studio.profiler.vocabulary import source_label
+
+    sources = {d["source"] for d in summary["trace_view"]["ops"].values() if isinstance(d, dict) and d.get("source")}
+    assert sources and any(source_label(s) in t for s in sources for t in titles)
+    text = " ".join(titles)
+    assert not re.search(r"cell-\d+:\d+", text) and not any(s in text for s in sources if "/" in s)
 
 
 def test_inline_trace_escapes_op_names_and_sources(summary):

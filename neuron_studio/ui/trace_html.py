@@ -14,7 +14,7 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
-from neuron_studio.ui.formatting import as_number, fmt_ns
+from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_source
 from neuron_studio.ui.templating import ENGINE_COLORS
 
 __all__ = ["trace_svg_view", "nice_ticks", "SPLIT_COLOR"]
@@ -134,7 +134,7 @@ def trace_svg_view(s: dict, width: int = 900) -> dict[str, Any] | None:
                                     if v)
                 title = " · ".join(v for v in (
                     name, label, f"{fmt_ns(dur)} at {fmt_ns(starts[i])}", str(d.get("module") or ""),
-                    str(d.get("source") or ""), shapes and f"shapes {shapes}") if v)
+                    fmt_source(d.get("source")), shapes and f"shapes {shapes}") if v)
                 if lane.get("kind") == "host":
                     host_end[seqs[i]] = (x1, y)
                 else:
