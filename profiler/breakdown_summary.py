@@ -60,7 +60,9 @@ def what_if_block(prof: Any) -> dict[str, Any]:
                      # per 1,000 steps: what stored summaries and older front ends read (the renderers show per 1M)
                      "cost_per_1000_steps_usd": finite_float(r.cost_per_1m_steps_usd / 1000), "current": bool(r.current),
                      "basis": r.basis, "run": r.run, "where": r.where, "cell": r.cell,
-                     "rank": None if pd.isna(r.rank) else int(r.rank), "why_not": r.why_not})
+                     "rank": None if pd.isna(r.rank) else int(r.rank), "why_not": r.why_not,
+                     # graph compiles of the profiled steps (a compile-mode profile that recompiles, and its bucketing)
+                     "compiles": None if pd.isna(r.compiles) else int(r.compiles)})
     # the advisor's first-ranked row (`what_if.rank_rows`): the change the breakdown's verdict names too
     best = next((r for r in rows if r["rank"] == 1), None)
     return {"rows": rows, "best": None if best is None else best["variant"],

@@ -368,16 +368,22 @@ class Profile:
             basis="modeled device time" if self.modeled_figures else "measured device time",
             undetermined=undetermined, kinds=self.ops["kind"].to_numpy(dtype=object))
         fb = self.cpu_fallbacks()
+        advice = self.advice()
+        # a first row that stops recompiles (compile time, not a step-time part) leads with the recompile
+        # recommendation; the step-time parts name the rows after it
+        lead = advice[0] if advice and advice[0].get("compiles") is not None else None
         recs = _bd.recommend(bd, rows, mode=self.trace.mode, launches_per_step=self.launches_per_step,
                              hot=self.hot_path() if self.modeled_figures else (),
                              fallback_ops=fb.loc[fb["kind"] == "host_fallback", "op"].tolist() if len(fb) else (),
                              fallback_reasons=dict(zip(fb["op"], fb["reason"])) if len(fb) else None,
-                             advice=self.advice())
+                             advice=[a for a in advice if a is not lead] if advice is not None else None)
         rc = self.recompiles()
         if self.trace.mode == "compile" and len(rc):
             per = getattr(self.device_run.config, "compile_time_per_graph_ns", None)
-            rec = _bd.recompile_recommendation(rc["shapes"].astype(str).tolist(), per)
-            recs = recs + ([rec] if rec is not None else [])
+            rec = _bd.recompile_recommendation(rc["shapes"].astype(str).tolist(), per, lead,
+                                               self.trace.compiles["shapes"].astype(str).tolist())
+            if rec is not None:
+                recs = [rec] + recs if lead is not None else recs + [rec]
         return dataclasses.replace(bd, recommendations=recs, notes=list(bd.notes) + self._outside_graph_notes())
 
     def _outside_graph_notes(self) -> list[str]:
@@ -473,7 +479,7 @@ class Profile:
                                  changes=self.code_changes() if changes and not measured else (), steps=n,
                                  warmup=meta.get("warmup"), measured=measured, cell=meta.get("cell"),
                                  run_id=self.run_id, ops_for=self._ops_for_mode, command=command,
-                                 compile_why_not=self._compile_why_not())
+                                 compile_why_not=self._compile_why_not(), compiles=self._recompiling_compiles())
 
     def code_changes(self) -> list:
         """The one-line PyTorch changes that apply to this run (fused optimizer, bf16 autocast, host syncs out of the
@@ -481,8 +487,9 @@ class Profile:
         if self._code_changes is None:
             from neuron_studio.profiler.analysis import code_changes as _cc
 
-            self._code_changes = _cc.code_changes(self.trace.ops, cell=self.trace.meta.get("cell"),
-                                                  run_id=self.run_id, kinds=self._op_kinds())
+            self._code_changes = _cc.code_changes(
+                self.trace.ops, cell=self.trace.meta.get("cell"), run_id=self.run_id, kinds=self._op_kinds(),
+                compiles=self.trace.compiles if self.trace.mode == "compile" else None)
         return self._code_changes
 
     def _op_kinds(self) -> Any:
@@ -490,6 +497,13 @@ class Profile:
         line up with the recorded ones."""
         kinds = self.ops["kind"].to_numpy(dtype=object) if "kind" in self.ops else None
         return kinds if kinds is not None and len(kinds) == len(self.trace.ops) else None
+
+    def _recompiling_compiles(self) -> int | None:
+        """The graph compiles of a compile-mode profile that recompiled (the what-if's `compiles`), else None."""
+        c = self.trace.compiles
+        if self.trace.mode != "compile" or not len(c) or not bool(c["recompile"].any()):
+            return None
+        return int(len(c))
 
     def _compile_why_not(self) -> str | None:
         """Why torch.compile is not advice for this run (shapes that are not static), or None."""

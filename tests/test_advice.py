@@ -81,6 +81,29 @@ def test_fused_optimizer_row_predicts_running_it_fused(mode: str) -> None:
     assert "fused AdamW" not in set(ran.what_if(chips=["trn2"])["variant"])
 
 
+def test_fused_optimizer_row_of_a_first_step_keeps_the_state_creation() -> None:
+    """An optimizer's first step creates its state; a fused one does too (and its step counters on the device): the
+    re-modeled first step is the fused first step's, not a steady-state step's."""
+    def first_step(fused: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 64)).to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), fused=fused)
+        x = torch.randn(8, 64, device="neuron")
+
+        def step():
+            model(x).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+        return profile(step, steps=1, warmup=0, mode="eager", chip="trn2")
+
+    prof = first_step(False)
+    row = prof.what_if(chips=["trn2"]).set_index("variant").loc["fused AdamW"]
+    ran = first_step(True)
+    assert (ran.trace.ops["name"] == "aten::zeros_like").sum() == (prof.trace.ops["name"] == "aten::zeros_like").sum() > 0
+    assert row["step_time_ns"] == pytest.approx(ran.step_time_ns, rel=0.02)
+
+
 def test_adamw_dominated_step_is_told_the_pytorch_line_before_any_kernel() -> None:
     prof = _adamw_step(False, "adaptive")
     first = prof.step_breakdown().recommendations[0]
@@ -350,6 +373,10 @@ def test_recompiles_are_told_to_pad_to_buckets_with_the_line() -> None:
     assert rec.text.startswith("3 recompiles (a new input shape each) → pad dimension 1 of the input (seen as 50, "
                                "61, 45) to a few bucket lengths: x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))")
     assert rec.text.endswith("each costs ~60 s of compile time (modeled, not in the step time)")
+    # inputs already at bucket lengths (tutorial 03's bucketed cell: 64 then 32) are not told to pad again
+    done = sb.recompile_recommendation(["2x32x128;128;384x128"], 60e9, None,
+                                       ["2x64x128;128;384x128", "2x32x128;128;384x128"])
+    assert "already at bucket lengths (64, 32)" in done.text and "F.pad" not in done.text
     # the padding line pads exactly that dimension to the bucket
     x = torch.randn(2, 50, 128)
     assert torch.nn.functional.pad(x, (0, 0, 0, -x.shape[1] % 32)).shape == (2, 64, 128)
@@ -366,7 +393,47 @@ def test_recompiles_are_told_to_pad_to_buckets_with_the_line() -> None:
     if not len(prof.recompiles()):
         pytest.skip("this torch build did not recompile per shape (dynamic shapes assumed)")
     recs = prof.step_breakdown().recommendations
-    assert recs[-1].category == "recompile" and "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" in recs[-1].text
+    # the advisor's first row pads to buckets: its recommendation leads and names the row
+    assert recs[0].category == "recompile" and "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" in recs[0].text
+    assert "pad to buckets of 32 (5 → 1 compile)" in recs[0].text
+
+
+def test_bucketing_is_a_ranked_what_if_row_that_predicts_running_it_padded() -> None:
+    """Recompiles of a compiled step: the row re-models each step at its padded length (the padded step's work is
+    in its time) and counts the compiles at the bucket shapes; running the step padded confirms both."""
+    import torch.nn.functional as F
+
+    lengths = (37, 50, 61, 45, 29, 70)
+
+    def run(pad: bool):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        lin = torch.nn.Linear(128, 256).to("neuron")
+        batches = iter([torch.randn(2, t, 128, device="neuron") for t in lengths])
+
+        @torch.compiler.disable
+        def next_batch():
+            x = next(batches)
+            return F.pad(x, (0, 0, 0, -x.shape[1] % 32)) if pad else x
+
+        return profile(lambda: lin(next_batch()).relu().sum(), steps=len(lengths), warmup=0, mode="compile",
+                       chip="trn2")
+
+    prof = run(False)
+    if not len(prof.recompiles()):
+        pytest.skip("this torch build did not recompile per shape (dynamic shapes assumed)")
+    df = prof.what_if(chips=["trn2"])
+    own = df[df["current"]].iloc[0]
+    row = df[df["variant"].str.startswith("pad to buckets of 32")].iloc[0]
+    assert own["compiles"] == 6 and row["compiles"] == 3                    # 64, 64, 64, 64, 32, 96
+    assert row["variant"] == "pad to buckets of 32 (6 → 3 compiles)" and row["kind"] == "code"
+    assert row["run"] == "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" and row["rank"] == 1
+    assert prof.to_summary()["what_if"]["best"] == row["variant"]
+    padded = run(True)
+    assert len(padded.trace.compiles) == row["compiles"]
+    # padding costs step time: the re-modeled step is the padded run's, not the unpadded one's
+    assert row["step_time_ns"] == pytest.approx(padded.step_time_ns, rel=0.05)
+    assert row["step_time_ns"] > own["step_time_ns"]
 
 
 def test_host_sync_row_names_its_line_in_the_one_source_format(tmp_path) -> None:  # noqa: ANN001

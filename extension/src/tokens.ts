@@ -294,6 +294,8 @@ export interface IWhatIfRow {
   run: string | null;
   /** The whole cell that runs this row: the profiled cell with the row's change (profiler/analysis/variant_cell.py). */
   cell?: string | null;
+  /** Graph compiles of the profiled steps (a compile-mode profile that recompiles, and the row padding to buckets). */
+  compiles?: number | null;
 }
 
 /** The notebook cell a profile ran from (the advisor inserts a row's cell below it). */

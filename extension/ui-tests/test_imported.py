@@ -77,6 +77,9 @@ def test_imported_gpu_trace_in_notebook_and_panel(lab: dict, page) -> None:  # n
     panel = page.locator(".ns-ProfilerPanel")
     panel.wait_for()
     # the imported run belongs to no notebook: listed by default, in its own group, and the label says so
+    panel.locator(".ns-PathLabel:not(:empty)").wait_for(timeout=15_000)
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(ARTIFACTS / "13-panel-run-list.png"))      # docs/issue-28: before/after the fix
     row = panel.locator(f".ns-RunGroup[data-group='unowned'] .ns-RunRow[data-run-id='{lab['run_id']}']")
     row.wait_for(timeout=15_000)
     assert "imported trace" in row.inner_text()

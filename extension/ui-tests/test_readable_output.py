@@ -273,3 +273,41 @@ def test_profiler_panel_from_launcher_and_sidebar(ran, page, lab) -> None:  # no
     panel.locator(".ns-RunRow").first.click()
     panel.locator(".ns-Profile").wait_for(timeout=30_000)
     assert panel.locator(".ns-OpenProfiler").count() == 0      # the panel does not offer to open itself
+
+
+def test_fused_optimizer_row_inserts_and_runs_its_cell(ran, page) -> None:  # noqa: ANN001
+    """The fused-optimizer row is a cell change: Insert & run (not only Copy) adds the profiled cell rebuilding `opt`
+    fused once, below the profiled cell, and runs it: the new run's step has the fused update and is faster."""
+    page.set_viewport_size({"width": 1280, "height": 900})
+    # the notebook in front (an earlier test left the Neuron Profiler panel there)
+    page.evaluate("window.jupyterapp.commands.execute('docmanager:open', {path: 'readable.ipynb'})")
+    page.wait_for_function("() => { const w = window.jupyterapp.shell.currentWidget;"
+                           " return !!w && !!w.context && w.context.path === 'readable.ipynb'; }", timeout=15_000)
+    tab = _tab(ran, "What if")
+    row = tab.locator(".ns-WhatIfTable tbody tr[data-variant='fused AdamW']")
+    row.wait_for(timeout=15_000)
+    predicted = float(row.get_attribute("data-step-ns"))
+    _shot(page, "what-if-fused")
+    n = page.evaluate("window.jupyterapp.shell.currentWidget.content.widgets.length")
+    row.locator("button.ns-InsertRun[data-run='true']").click()
+    page.wait_for_function("n => window.jupyterapp.shell.currentWidget.content.widgets.length === n", arg=n + 1,
+                           timeout=15_000)
+    src = page.evaluate("window.jupyterapp.shell.currentWidget.content.widgets[2].model.sharedModel.getSource()")
+    lines = src.splitlines()
+    assert lines[0].startswith(f"%%neuron --name {LONG_NAME}-fused --compare "), lines[0]
+    assert lines[1].startswith('if not opt.defaults.get("fused"):')
+    assert lines[2] == "    opt = torch.optim.AdamW(model.parameters(), fused=True)"
+    assert src.endswith(STEP.split("\n", 1)[1])
+    out = page.locator(".jp-Cell").nth(2).locator(".jp-OutputArea-output .ns-Profile")
+    out.wait_for(timeout=RUN_TIMEOUT_MS)
+    row.locator(".ns-InsertStatus", has_text="Inserted below the profiled cell and run").wait_for(timeout=30_000)
+    payload = next(o["data"]["application/vnd.neuron-studio.profile+json"] for o in _outputs(page, 2)
+                   if "application/vnd.neuron-studio.profile+json" in o.get("data", {}))
+    first = next(o["data"]["application/vnd.neuron-studio.profile+json"] for o in _outputs(page, 1)
+                 if "application/vnd.neuron-studio.profile+json" in o.get("data", {}))
+    assert "aten::_fused_adamw_" in {r["op"] for r in payload["op_table"]}
+    assert payload["step_time_ns"] < first["step_time_ns"]
+    # the row predicted this run (a first step of the rebuilt optimizer: its state is created, as the profiled one's)
+    assert payload["step_time_ns"] == pytest.approx(predicted, rel=0.05)
+    out.scroll_into_view_if_needed()
+    _shot(page, "fused-inserted-and-run")

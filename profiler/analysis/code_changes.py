@@ -12,7 +12,10 @@ change is inside the profiled `%%neuron` cell, the whole new cell. The rewrites 
   autocast_mode.py and the op lists in aten/src/ATen/autocast_mode.cpp) followed over the recorded ops by the
   storages they read and write (`autocast_bf16`);
 - host syncs out of the step (`.item()`, `.cpu()`, printing): those ops removed, so the step no longer waits for
-  the device there and adaptive eager / compile no longer split at them.
+  the device there and adaptive eager / compile no longer split at them;
+- inputs padded to a few bucket lengths (a compiled step that recompiles for each new input shape): each step's
+  ops at the padded length (the dimension that varies between the recompiles' input shapes), so the padded step's
+  extra work is modeled, and the compiles counted at the bucket shapes (`bucket_shapes`).
 
 Pure: DataFrames in, dataclasses out.
 """
@@ -28,14 +31,16 @@ import pandas as pd
 from neuron_studio.profiler.model.ops import DTYPE_BF16, DTYPE_FP32, classify_engine, shape_stats
 from neuron_studio.profiler.vocabulary import source_label
 
-__all__ = ["CodeChange", "code_changes", "fused_optimizer", "autocast_bf16", "host_syncs", "FUSED_OPTIMIZERS",
-           "AUTOCAST_LINE", "data_dependent_ops"]
+__all__ = ["CodeChange", "code_changes", "fused_optimizer", "autocast_bf16", "host_syncs", "bucket_shapes",
+           "FUSED_OPTIMIZERS", "AUTOCAST_LINE", "BUCKET", "data_dependent_ops", "varying_dimension", "pad_line"]
 
 #: Optimizers with a fused implementation in torch 2.13: the op their fused step records, and whether it keeps
 #: per-parameter step counters on the device (one `_foreach_add_` of them per step).
 FUSED_OPTIMIZERS = {"Adam": ("aten::_fused_adam_", True), "AdamW": ("aten::_fused_adamw_", True),
                     "SGD": ("aten::_fused_sgd_", False), "Adagrad": ("aten::_fused_adagrad_", True)}
 AUTOCAST_LINE = 'with torch.autocast("neuron", dtype=torch.bfloat16):'
+#: Ops an optimizer's first step creates its state with (kept by the fused rewrite: a fused optimizer makes them too).
+_STATE_INIT = ("aten::zeros_like",)
 #: Host syncs a one-line change removes (data-dependent shapes and the profiler's own timing sync are not).
 _MOVABLE_SYNCS = ("item", "to_host", "print")
 
@@ -45,6 +50,12 @@ AUTOCAST_BASIS = ("re-modeled, approximate: autocast's casting rules over the re
                   "in BF16 after a cast of each FP32 input, ops on BF16 inputs in BF16, FP32-list ops and gradient "
                   "accumulation cast back up); op names autocast would add or drop beyond casts are not known from "
                   "an FP32 trace. Check the loss: BF16 changes numerics")
+BUCKET_BASIS = ("re-modeled, approximate: each step's ops at its input length padded up to the bucket (shapes with that "
+                "length, or the batch times it, padded), plus the padding op itself run eagerly on the device before "
+                "the compiled step; compiles counted per distinct padded shape. "
+                "Compile time is not step time: the row ranks first because each recompile costs compile time")
+#: The bucket length the padding line uses (a multiple that keeps the Tensor Engine's tiles full).
+BUCKET = 32
 SYNC_BASIS = ("re-modeled, approximate: the step's .item()/.cpu()/print ops removed (the host no longer waits "
               "for the device there, and fusion no longer stops there)")
 
@@ -65,6 +76,7 @@ class CodeChange:
     cell: str | None = None
     targets: frozenset = frozenset()   # (op, module) pairs of the recorded ops it changes (the hot path cites it)
     acts_on: str = ""                  # what those ops are, as a reason names them ("the AdamW optimizer's ops")
+    compiles: tuple[int, int] | None = None   # graph compiles of the profiled steps without and with the change
 
 
 def _shapes(text: Any) -> list[tuple[int, ...]]:
@@ -144,7 +156,11 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
             continue   # already fused
         fused_name, has_steps = FUSED_OPTIMIZERS[cls]
         for _, g in rows.groupby(["step", "device_index"], sort=False):
-            if len(g) < 2:
+            # an optimizer's first step creates its state (zeros_like per state tensor): a fused one does too, and
+            # makes each step counter on the device (a `zero_` per parameter): those stay, only the update is fused
+            init = g["name"].astype(str).isin(_STATE_INIT).to_numpy()
+            upd = g[~init]
+            if len(upd) < 2:
                 continue
             params, n_state = _optimizer_tensors(g, param_ids)
             if not params:
@@ -154,22 +170,27 @@ def fused_optimizer(trace_ops: pd.DataFrame, optimizers: dict[str, dict] | None 
             lists = 2 + n_state                     # parameters, gradients, state tensors
             f_shapes = shapes * lists + ([()] * len(params) if has_steps else [])
             f_dtypes = dtypes * lists + (["float32"] * len(params) if has_steps else [])
-            reads = ",".join(dict.fromkeys(s for v in g["reads"] for s in _ids(v)))
-            writes = ",".join(dict.fromkeys(s for v in g["writes"] for s in _ids(v)))
-            first, last = g.iloc[0], g.iloc[-1]
+            reads = ",".join(dict.fromkeys(s for v in upd["reads"] for s in _ids(v)))
+            writes = ",".join(dict.fromkeys(s for v in upd["writes"] for s in _ids(v)))
+            first, last = upd.iloc[0], upd.iloc[-1]
             base = {**first.to_dict(), "output_shapes": "", "output_dtypes": "", "is_view": False, "is_inplace": True,
                     "sync": None, "transfer": None, "fallback": None, "transfer_bytes": 0.0}
-            seqs = g["seq"].to_numpy()
+            seqs = upd["seq"].to_numpy()
+            counters = len(params) if init.any() and has_steps and len(seqs) >= len(params) + 2 else 0
+            for k in range(counters):
+                new_rows.append({**base, "name": "aten::zero_", "overload": "default", "seq": int(seqs[k]),
+                                 "end_ns": int(first["start_ns"]) + 1, "input_shapes": "()", "input_dtypes": "float32",
+                                 "reads": "", "writes": "", **_derived("aten::zero_", [()], ["float32"])})
             if has_steps:
-                new_rows.append({**base, "name": "aten::_foreach_add_", "overload": "Scalar", "seq": int(seqs[0]),
+                new_rows.append({**base, "name": "aten::_foreach_add_", "overload": "Scalar", "seq": int(seqs[counters]),
                                  "end_ns": int(first["start_ns"]) + 1, "input_shapes": _shape_text([()] * len(params)),
                                  "input_dtypes": ",".join(["float32"] * len(params)), "reads": "", "writes": "",
                                  **_derived("aten::_foreach_add_", [()] * len(params), ["float32"] * len(params))})
-            new_rows.append({**base, "name": fused_name, "overload": "default", "seq": int(seqs[1]),
+            new_rows.append({**base, "name": fused_name, "overload": "default", "seq": int(seqs[counters + 1]),
                              "start_ns": int(first["start_ns"]) + (1 if has_steps else 0), "end_ns": int(last["end_ns"]),
                              "input_shapes": _shape_text(f_shapes), "input_dtypes": ",".join(f_dtypes),
                              "reads": reads, "writes": writes, **_derived(fused_name, f_shapes, f_dtypes)})
-            drop.extend(g.index)
+            drop.extend(upd.index)
         if drop and cls not in classes:
             classes.append(cls)
     if not new_rows:
@@ -422,6 +443,118 @@ def host_syncs(trace_ops: pd.DataFrame, source_text: Callable[[str], str | None]
                       SYNC_BASIS, ("sync", "launch"), targets=targets, acts_on="the host syncs")
 
 
+def _first_input_dims(shapes: Any) -> tuple[int, ...] | None:
+    """The first input's dims of a compile's shape string ("2x50x128, 128x128, 128"), or None."""
+    first = re.split(r"[;,]", str(shapes or ""))[0].strip()
+    parts = first.split("x")
+    return tuple(int(p) for p in parts) if first and all(p.isdigit() for p in parts) else None
+
+
+def varying_dimension(shapes: Sequence[Any]) -> tuple[int, list[tuple[int, ...]]] | None:
+    """(the one dimension of the first input that differs between compiles, each compile's first-input dims), or None
+    when the shapes do not parse, differ in rank, or differ in more or fewer than one dimension."""
+    dims = [d for d in (_first_input_dims(s) for s in shapes) if d is not None]
+    if len(dims) < 2 or len({len(d) for d in dims}) != 1:
+        return None
+    varying = [i for i in range(len(dims[0])) if len({d[i] for d in dims}) > 1]
+    return (varying[0], dims) if len(varying) == 1 else None
+
+
+def pad_line(ndim: int, dim: int, bucket: int = BUCKET) -> str:
+    """The line that pads dimension `dim` of an `ndim`-dimensional input `x` up to a multiple of `bucket`."""
+    pad = ", ".join(["0"] * (2 * (ndim - 1 - dim)) + ["0", f"-x.shape[{dim}] % {bucket}"])
+    return f"x = F.pad(x, ({pad}))"
+
+
+def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None) -> CodeChange | None:
+    """The compiled step with its input padded to BUCKET-multiples of the length that varies between the recompiles,
+    or None (no recompiles, or not exactly one varying dimension of the first input). Each step's length is read
+    from its ops' shapes (the first shape of the compiles' rank that matches them in every other dimension);
+    shapes of that length, or of the batch dimensions times it (a flattened batch), are padded and the ops' sizes
+    recomputed from the padded shapes."""
+    if compiles is None or not len(compiles) or not bool(compiles["recompile"].any()) or not len(trace_ops):
+        return None
+    found = varying_dimension(compiles["shapes"].tolist())
+    if found is None or "step" not in trace_ops:
+        return None
+    d, dims = found
+    ref = dims[0]
+    lead = int(np.prod(ref[:d])) if d else 1
+    out = trace_ops.copy()
+    out["seq"] = out["seq"] * 2      # room for each step's pad op just before the step's first op
+    lengths: list[int] = []
+    padded_keys: set[tuple[int, ...]] = set()
+    pads: list[dict] = []
+    for _, idx in out.groupby("step", sort=False).groups.items():
+        g = out.loc[idx]
+        length = None
+        for text in g["input_shapes"]:
+            for shp in _shapes(text):
+                if len(shp) == len(ref) and all(shp[i] == ref[i] for i in range(len(ref)) if i != d):
+                    length = shp[d]
+                    break
+            if length is not None:
+                break
+        if not length:
+            continue
+        lengths.append(length)
+        padded = -(-length // BUCKET) * BUCKET
+        padded_keys.add(ref[:d] + (padded,) + ref[d + 1:])
+        # the padding line itself: one eager op on the device each step, before the compiled graph
+        first = g.loc[g["seq"].idxmin()]
+        dtype = (str(first.get("input_dtypes") or "float32").split(",") or ["float32"])[0] or "float32"
+        x_in = ref[:d] + (length,) + ref[d + 1:]
+        x_out = ref[:d] + (padded,) + ref[d + 1:]
+        ib, ob, el, isz, dc, _ = shape_stats("aten::constant_pad_nd", classify_engine("aten::constant_pad_nd", False),
+                                             [x_in], [dtype], [x_out], [dtype], 0)
+        pads.append({**first.to_dict(), "name": "aten::constant_pad_nd", "overload": "default",
+                     "seq": int(first["seq"]) - 1, "end_ns": int(first["start_ns"]) + 1,
+                     "input_shapes": _shape_text([x_in]), "input_dtypes": dtype, "output_shapes": _shape_text([x_out]),
+                     "output_dtypes": dtype, "graph": -1, "is_view": False, "is_inplace": False, "sync": None,
+                     "transfer": None, "fallback": None, "transfer_bytes": 0.0, "reads": "", "writes": "",
+                     "module": "", "source": None, "tags": "", "in_bytes": ib, "out_bytes": ob, "elems": el,
+                     "itemsize": isz, "dtype_class": dc, "flops": 0.0})
+        if padded == length:
+            continue
+
+        def pad(text: Any, length: int = length, padded: int = padded) -> Any:
+            if not isinstance(text, str) or not text:
+                return text
+            return _shape_text([tuple(padded if v == length else lead * padded if lead > 1 and v == lead * length
+                                      else v for v in shp) for shp in _shapes(text)])
+
+        for i in idx:
+            r = out.loc[i]
+            ins, outs = pad(r["input_shapes"]), pad(r["output_shapes"])
+            if ins == r["input_shapes"] and outs == r["output_shapes"]:
+                continue
+            name = str(r["name"])
+            eng = classify_engine(name, False)
+            dts = [x for x in str(r.get("input_dtypes") or "").split(",") if x]
+            odts = [x for x in str(r.get("output_dtypes") or "").split(",") if x]
+            old_n = max(1.0, float(r.get("elems") or 0.0))
+            # a matmul's FLOPs are recomputed from its padded shapes; other work grows with the elements
+            ib, ob, el, _, _, fl = shape_stats(name, eng, _shapes(ins), dts, _shapes(outs), odts, 0)
+            if eng != "tensor":
+                fl = float(r.get("flops") or 0.0) * el / old_n
+            out.loc[i, ["input_shapes", "output_shapes"]] = [ins, outs]
+            out.loc[i, ["in_bytes", "out_bytes", "elems", "flops"]] = [ib, ob, el, fl]
+    if not lengths:
+        return None
+    before, after = int(len(compiles)), len(padded_keys)
+    if after >= before:
+        return None
+    out = pd.concat([out, pd.DataFrame(pads, columns=out.columns).astype(
+        {c: out[c].dtype for c in ("seq", "start_ns", "end_ns") if c in out})], ignore_index=True)
+    out = out.sort_values("seq", kind="stable")
+    seen = ", ".join(str(v) for v in list(dict.fromkeys(lengths))[:6]) + (", ..." if len(set(lengths)) > 6 else "")
+    where = (f"where the step's input is made, before the compiled step (dimension {d} seen as {seen}); "
+             "padding is exact for a causal model or with the padded positions masked out of the loss")
+    return CodeChange("bucket_shapes", f"pad to buckets of {BUCKET} ({before} → {after} compile{'s' if after != 1 else ''})",
+                      pad_line(len(ref), d), where, out.reset_index(drop=True), BUCKET_BASIS, ("recompile",),
+                      compiles=(before, after))
+
+
 def data_dependent_ops(trace_ops: pd.DataFrame, kinds: np.ndarray | None = None) -> list[str]:
     """Ops whose output shape depends on values (nonzero, masked_select, unique; `sync` ops by the one op
     classification, with that reason): torch.compile must break or recompile at them."""
@@ -434,13 +567,14 @@ def data_dependent_ops(trace_ops: pd.DataFrame, kinds: np.ndarray | None = None)
 
 
 def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: Any = None,
-                 kinds: np.ndarray | None = None) -> list[CodeChange]:
+                 kinds: np.ndarray | None = None, compiles: pd.DataFrame | None = None) -> list[CodeChange]:
     """Every change that applies to this trace, in a fixed order (the advisor ranks them with the other rows).
-    `kinds`: each op's kind (`profiler.op_kinds`, row i of `trace_ops`)."""
+    `kinds`: each op's kind (`profiler.op_kinds`, row i of `trace_ops`); `compiles`: the trace's graph compiles
+    (a compile-mode trace: recompiles make the bucketing row)."""
     cell = cell if isinstance(cell, dict) else None
     text = _source_text(cell)
     out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers"), cell, run_id), autocast_bf16(trace_ops, cell, run_id, kinds),
-           host_syncs(trace_ops, text, kinds)]
+           host_syncs(trace_ops, text, kinds), bucket_shapes(trace_ops, compiles)]
     return [c for c in out if c is not None]
 
 

@@ -14,7 +14,6 @@ Pure: arrays in, dataclasses / DataFrames out. `Profile.step_breakdown()` feeds 
 """
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
@@ -518,33 +517,34 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
     return out
 
 
-#: The bucket length the padding example uses (a multiple that keeps the Tensor Engine's tiles full).
-BUCKET = 32
-
-
-def recompile_recommendation(shapes: Sequence[Any], compile_ns: float | None) -> Recommendation | None:
+def recompile_recommendation(shapes: Sequence[Any], compile_ns: float | None, row: dict | None = None,
+                             all_shapes: Sequence[Any] | None = None) -> Recommendation | None:
     """Recompiles of a compiled step (each new input shape compiles the graph again): pad to a few bucket shapes,
-    with the padding line for the one dimension that varies (from the recompiles' input shapes); None without
-    recompiles. Compile time is not step time, so this follows the step-time recommendations."""
+    with the padding line for the one dimension that varies (between `all_shapes`, every compile's input shapes,
+    else between the recompiles' `shapes`); None without recompiles. Lengths already at bucket multiples are told
+    so (each bucket compiles once). `row`: the advisor's bucketing row (`code_changes.bucket_shapes`, ranked first
+    when it applies), whose compile counts and re-modeled step the text then names."""
+    from neuron_studio.profiler.analysis.code_changes import BUCKET, pad_line, varying_dimension
+
     shapes = [s for s in shapes if isinstance(s, str) and s]
     if not shapes:
         return None
-    dims = []
-    for s in shapes:
-        first = re.split(r"[;,]", s)[0].strip()
-        parts = first.split("x")
-        if first and all(p.isdigit() for p in parts):
-            dims.append(tuple(int(p) for p in parts))
     n = len(shapes)
     fix = "pad inputs to a few bucket shapes so torch.compile sees a few shapes (or mark the varying dimension dynamic)"
-    if dims and len({len(d) for d in dims}) == 1:
-        varying = [i for i in range(len(dims[0])) if len({d[i] for d in dims}) > 1]
-        if len(varying) == 1:
-            d, nd = varying[0], len(dims[0])
-            pad = ", ".join(["0"] * (2 * (nd - 1 - d)) + ["0", f"-x.shape[{d}] % {BUCKET}"])
-            seen = ", ".join(str(v[d]) for v in dims[:6]) + (", ..." if len(dims) > 6 else "")
-            fix = (f"pad dimension {d} of the input (seen as {seen}) to a few bucket lengths: x = F.pad(x, ({pad})) "
-                   "so torch.compile sees a few shapes")
+    found = varying_dimension([s for s in (all_shapes if all_shapes is not None else shapes) if isinstance(s, str)])
+    if found is not None:
+        d, dims = found
+        lengths = list(dict.fromkeys(v[d] for v in dims))
+        seen = ", ".join(str(v) for v in lengths[:6]) + (", ..." if len(lengths) > 6 else "")
+        if all(v % BUCKET == 0 for v in lengths):
+            fix = (f"dimension {d} of the input is already at bucket lengths ({seen}): each bucket compiles once; "
+                   "fewer, larger buckets compile less but pad more")
+        else:
+            fix = (f"pad dimension {d} of the input (seen as {seen}) to a few bucket lengths: "
+                   f"{pad_line(len(dims[0]), d)} so torch.compile sees a few shapes")
+    if row is not None and row.get("compiles") is not None:
+        fix += (f" ({row['variant']}; the padded step predicted at {float(row['speedup']):.2f}x this step's speed: "
+                "What if tab)")
     cost = f"; each costs ~{compile_ns / 1e9:.0f} s of compile time (modeled, not in the step time)" if compile_ns else ""
     return Recommendation("recompile", 0.0, f"{n} recompile{'s' if n != 1 else ''} (a new input shape each) → "
                           f"{fix}{cost}", "syncs", [])

@@ -43,7 +43,7 @@ APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kern
 
 COLUMNS = ["variant", "kind", "mode", "chip", "kernel", "step_time_ns", "step_time_low_ns", "step_time_high_ns",
            "speedup", "mfu", "cost_per_1m_steps_usd", "current", "basis", "run", "where", "cell", "advisable",
-           "why_not", "rank"]
+           "why_not", "compiles", "rank"]
 
 #: What a row changes, from the smallest edit to the largest: the ranking breaks ties (at the speedup shown, one
 #: decimal) towards the smaller change.
@@ -190,14 +190,14 @@ def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None 
 
 
 def _row(v: Variant, *, variant: str, kind: str, kernel: str | None, current_ns: float, current: bool, basis: str,
-         run: str | None, cell: str | None = None, where: str | None = None, why_not: str | None = None
-         ) -> dict[str, Any]:
+         run: str | None, cell: str | None = None, where: str | None = None, why_not: str | None = None,
+         compiles: int | None = None) -> dict[str, Any]:
     return {"variant": variant, "kind": kind, "mode": v.mode, "chip": v.chip, "kernel": kernel,
             "step_time_ns": v.step_time_ns, "step_time_low_ns": v.low_ns, "step_time_high_ns": v.high_ns,
             "speedup": current_ns / v.step_time_ns if v.step_time_ns > 0 else float("nan"),
             "mfu": v.mfu, "cost_per_1m_steps_usd": v.cost_per_1m_steps_usd, "current": current, "basis": basis,
             "run": run, "where": where, "cell": cell, "advisable": why_not is None and not current, "why_not": why_not,
-            "rank": None}
+            "compiles": compiles, "rank": None}
 
 
 def _variant(cell: dict | None, run: str | None, run_id: Any) -> tuple[str | None, str | None]:
@@ -221,7 +221,8 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
                   kernel_savings: Sequence[dict] = (), changes: Sequence[Any] = (), steps: int | None = None,
                   warmup: int | None = None, measured: bool = False, cell: dict | None = None, run_id: Any = None,
                   ops_for: Callable[[str], tuple[pd.DataFrame, str]] | None = None,
-                  command: Sequence[str] | None = None, compile_why_not: str | None = None) -> pd.DataFrame:
+                  command: Sequence[str] | None = None, compile_why_not: str | None = None,
+                  compiles: int | None = None) -> pd.DataFrame:
     """One row per (mode, chip), one per PyTorch code change, one per kernel saving; `own` is the profile's own
     figures (its row); `rank` orders the advice (`rank_rows`).
 
@@ -230,7 +231,9 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
     snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each row's `run` the
     profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which diffs against run
     `run_id`; `command` (a `neuron-studio run` script run) makes mode rows `neuron-studio run` command lines.
-    `compile_why_not` (shapes are not static) keeps compile rows out of the advice, saying why. `ops_for(mode)`
+    `compile_why_not` (shapes are not static) keeps compile rows out of the advice, saying why. `compiles`: the graph
+    compiles of a compile-mode profile that recompiles (its row and a code change's `compiles` say them; a change
+    with fewer ranks first, `rank_rows`). `ops_for(mode)`
     gives `ops_for_mode(trace_ops, recorded_mode, mode)` (default: computed here, once per mode; a caller may
     keep them across calls)."""
     if ops_for is None:
@@ -249,7 +252,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
                     opts, _ = _vc.split_cell(cell["source"])
                     own_line = f"{_vc.MAGIC} {opts}".rstrip() if opts is not None else own_line
                 rows.append(_row(own, variant="this profile", kind="profile", kernel=None, current_ns=own.step_time_ns,
-                                 current=True, basis=MEASURED if measured else PROFILE, run=own_line))
+                                 current=True, basis=MEASURED if measured else PROFILE, run=own_line, compiles=compiles))
                 continue
             ops, basis = ops_for(mode)
             basis = SCALED if measured else basis
@@ -266,8 +269,9 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
     if not measured:
         for c in changes:
             v = model(c.ops, own.mode, own.chip)
+            after = c.compiles[1] if getattr(c, "compiles", None) else None
             rows.append(_row(v, variant=c.variant, kind="code", kernel=None, current_ns=own.step_time_ns,
-                             current=False, basis=c.basis, run=c.line, where=c.where, cell=c.cell))
+                             current=False, basis=c.basis, run=c.line, where=c.where, cell=c.cell, compiles=after))
     for k in kernel_savings:
         saving = float(k["saving_ns"])
         new = max(own.step_time_ns - saving, 0.0)
@@ -280,6 +284,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
         rows.append(_row(v, variant=f"{k['kernel']} for {k['op']}", kind="kernel", kernel=str(k["kernel"]),
                          current_ns=own.step_time_ns, current=False, basis=APPROX_KERNEL, run=line, cell=new))
     df = pd.DataFrame(rows, columns=COLUMNS)
+    df["compiles"] = df["compiles"].astype("Int64")
     for col in ("kernel", "run", "where", "cell", "why_not"):   # missing stays None (pandas: NaN in a str column)
         df[col] = df[col].astype(object).where(df[col].notna(), None)
     df["rank"] = rank_rows(df)
@@ -295,16 +300,28 @@ def rank_rows(df: pd.DataFrame) -> pd.Series:
 
     The one ranking both the step-time bar's verdict and the What if line read: fastest first at the precision the
     speedup is shown (one decimal); a tie goes to the smaller change (a PyTorch line, then adaptive eager, then
-    compile, then an NKI kernel), then to the faster row, then by name."""
+    compile, then an NKI kernel), then to the faster row, then by name.
+
+    Before all of them, a change that compiles fewer graphs than a profile that recompiles (padding inputs to
+    buckets), whatever its step time: each recompile costs compile time (modeled ~60 s per graph, reported apart
+    from the step) that no step-time change of microseconds wins back, and each new input shape adds one; its row
+    shows the padded step's own predicted time."""
     out = pd.Series(pd.NA, index=df.index, dtype="Int64")
-    ok = df["advisable"].astype(bool) & (df["speedup"].astype(float) >= MIN_SPEEDUP)
+    advisable = df["advisable"].astype(bool)
+    own = df.loc[df["current"].astype(bool), "compiles"] if "compiles" in df else pd.Series(dtype="Int64")
+    own_compiles = own.iloc[0] if len(own) and pd.notna(own.iloc[0]) else None
+    fewer = pd.Series(False, index=df.index)
+    if own_compiles is not None:
+        fewer = df["compiles"].notna() & (df["compiles"].fillna(own_compiles) < own_compiles)
+    ok = advisable & ((df["speedup"].astype(float) >= MIN_SPEEDUP) | fewer)
     cand = df[ok]
     if not len(cand):
         return out
-    key = pd.DataFrame({"shown": -cand["speedup"].astype(float).round(1),
+    key = pd.DataFrame({"tier": [0 if f else 1 for f in fewer[ok]],
+                        "shown": -cand["speedup"].astype(float).round(1),
                         "effort": [_effort(k, m) for k, m in zip(cand["kind"], cand["mode"])],
                         "exact": -cand["speedup"].astype(float), "name": cand["variant"].astype(str)},
                        index=cand.index)
-    order = key.sort_values(["shown", "effort", "exact", "name"], kind="stable").index
+    order = key.sort_values(["tier", "shown", "effort", "exact", "name"], kind="stable").index
     out.loc[order] = np.arange(1, len(order) + 1)
     return out
