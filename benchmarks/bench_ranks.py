@@ -1,7 +1,7 @@
 """Many-rank benchmark: a synthetic job of 64 ranks × 1M events analysed with bounded memory, and its first 8
 ranks against Holistic Trace Analysis' multi-rank load, side by side in one run.
 
-The job is written by the benchmark (benchmarks/synthetic_job.py: per rank the launch events of
+The job is written by the benchmark (neuron_studio/testing/synthetic_job.py: per rank the launch events of
 bench_trace_scale.py, blocking allreduces every `--launches-per-collective` launches, per-rank clock skew,
 one injected straggler). Then, each in a fresh subprocess whose whole process tree's resident memory is
 sampled every 0.1 s:
@@ -34,8 +34,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import synthetic_job as sj  # noqa: E402
+from neuron_studio.testing import synthetic_job as sj
 
 CLIENT_GOAL_BYTES = 2 << 30
 

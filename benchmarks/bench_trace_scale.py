@@ -38,28 +38,31 @@ import sys
 import time
 from pathlib import Path
 
-_OPS = [  # name, input dims, input types, kernel name
-    ("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
-     "ampere_bf16_s16816gemm_bf16_128x128"),
-    ("aten::addmm", [[1024], [512, 1024], [1024, 4096]], ["c10::BFloat16"] * 3, "sm80_xmma_gemm_bf16bf16_bf16f32"),
-    ("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
-     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
-    ("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
-     "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
-    ("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""],
-     "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>"),
-    ("aten::_softmax", [[8, 16, 512, 512], [], []], ["float", "Scalar", "Scalar"],
-     "void at::native::cunn_SoftMaxForward<4, float, float, float>"),
-    ("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []], ["c10::BFloat16", "", "c10::BFloat16",
-                                                                        "c10::BFloat16", "Scalar"],
-     "void at::native::vectorized_layer_norm_kernel<c10::BFloat16, float>"),
-    ("aten::copy_", [[512, 1024], [512, 1024], []], ["float", "c10::BFloat16", "Scalar"],
-     "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>"),
-    ("aten::sum", [[512, 1024], [], [], []], ["float", "", "Scalar", ""],
-     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>"),
-    ("aten::embedding", [[32000, 1024], [8, 512], [], [], []], ["c10::BFloat16", "long int", "Scalar", "Scalar",
-                                                                "Scalar"],
-     "void at::native::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>"),
+from neuron_studio.testing.kineto_writer import EventStream, LaunchOp, LaunchWriter
+
+_OPS = [  # aten op, input dims, input types, kernel
+    LaunchOp("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
+             "ampere_bf16_s16816gemm_bf16_128x128", flops=2 * 512 * 1024 * 1024),
+    LaunchOp("aten::addmm", [[1024], [512, 1024], [1024, 4096]], ["c10::BFloat16"] * 3,
+             "sm80_xmma_gemm_bf16bf16_bf16f32"),
+    LaunchOp("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+             "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
+    LaunchOp("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
+             "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
+    LaunchOp("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""],
+             "void at::native::vectorized_elementwise_kernel<4, GeluCUDAKernelImpl>"),
+    LaunchOp("aten::_softmax", [[8, 16, 512, 512], [], []], ["float", "Scalar", "Scalar"],
+             "void at::native::cunn_SoftMaxForward<4, float, float, float>"),
+    LaunchOp("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []],
+             ["c10::BFloat16", "", "c10::BFloat16", "c10::BFloat16", "Scalar"],
+             "void at::native::vectorized_layer_norm_kernel<c10::BFloat16, float>"),
+    LaunchOp("aten::copy_", [[512, 1024], [512, 1024], []], ["float", "c10::BFloat16", "Scalar"],
+             "void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>"),
+    LaunchOp("aten::sum", [[512, 1024], [], [], []], ["float", "", "Scalar", ""],
+             "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::func_wrapper_t<float>>>"),
+    LaunchOp("aten::embedding", [[32000, 1024], [8, 512], [], [], []],
+             ["c10::BFloat16", "long int", "Scalar", "Scalar", "Scalar"],
+             "void at::native::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>"),
 ]
 _STEP_LAUNCHES = 2000
 
@@ -69,6 +72,7 @@ def generate(path: Path, n_events: int) -> int:
     pid, tid, stream = 4242, 4242, 7
     launches = n_events // 5
     written = 0
+    writer = LaunchWriter(_OPS, pid=pid, tid=tid, stream=stream, detailed=True)
     with open(path, "w") as fh:
         fh.write('{"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 1},\n'
                  '"deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85000000000}],\n'
@@ -80,51 +84,23 @@ def generate(path: Path, n_events: int) -> int:
         gpu_t = t
         ext = 0
         step_len = _STEP_LAUNCHES * 12.0
-        buf = []
+        out = EventStream(fh)
         for k in range(launches):
             if k % _STEP_LAUNCHES == 0:
                 s = k // _STEP_LAUNCHES
-                buf.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": {pid}, '
-                           f'"tid": {tid}, "ts": {t - 0.5:.3f}, "dur": {step_len:.3f}, '
-                           f'"args": {{"External id": {10**9 + s}}}}}')
+                out.add(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": {pid}, '
+                        f'"tid": {tid}, "ts": {t - 0.5:.3f}, "dur": {step_len:.3f}, '
+                        f'"args": {{"External id": {10**9 + s}}}}}')
                 written += 1
-            name, dims, types, kern = _OPS[k % len(_OPS)]
             ext += 1
-            corr = 100_000 + k
-            dur_cpu = 9.0 + (k % 7) * 0.25
-            flops = ""
-            if name == "aten::mm":
-                flops = f', "flops": {2 * 512 * 1024 * 1024}'
-            buf.append(f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {tid}, '
-                       f'"ts": {t:.3f}, "dur": {dur_cpu:.3f}, "args": {{"External id": {ext}, '
-                       f'"Sequence number": {k}, "Fwd thread id": 0, "Record function id": 0, '
-                       f'"Input Dims": {json.dumps(dims)}, "Input type": {json.dumps(types)}, '
-                       f'"Ev Idx": {k}{flops}}}}}')
             lt = t + 2.0
-            buf.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, '
-                       f'"tid": {tid}, "ts": {lt:.3f}, "dur": 5.0, "args": {{"External id": {ext}, '
-                       f'"cbid": 211, "correlation": {corr}}}}}')
-            buf.append(f'{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {tid}, "ts": {lt:.3f}, '
-                       f'"cat": "ac2g", "name": "ac2g"}}')
             gpu_t = max(gpu_t, lt + 4.0)
             kdur = 6.0 + (k % 5)
-            buf.append(f'{{"ph": "X", "cat": "kernel", "name": "{kern}", "pid": 0, "tid": {stream}, '
-                       f'"ts": {gpu_t:.3f}, "dur": {kdur:.3f}, "args": {{"External id": {ext}, "queued": 0, '
-                       f'"device": 0, "context": 1, "stream": {stream}, "correlation": {corr}, '
-                       f'"registers per thread": 64, "shared memory": 0, "blocks per SM": 4.0, '
-                       f'"warps per SM": 16.0, "grid": [128, 1, 1], "block": [256, 1, 1], '
-                       f'"est. achieved occupancy %": 50}}}}')
-            buf.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": {gpu_t:.3f}, '
-                       f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            out.add(writer.launch(k % len(_OPS), k, ext, 100_000 + k, t, 9.0 + (k % 7) * 0.25, lt, gpu_t, kdur))
             gpu_t += kdur + 0.5
             t += 12.0
             written += 5
-            if len(buf) >= 50_000:
-                fh.write(",\n" + ",\n".join(buf))
-                buf = []
-        if buf:
-            fh.write(",\n" + ",\n".join(buf))
-        fh.write("\n]}\n")
+        out.close()
     return written
 
 

@@ -1,14 +1,13 @@
 """Many ranks: a job directory of per-rank traces → digests (map) → the job analysis (reduce), on local
 processes, in process and on a real Dask LocalCluster with worker processes.
 
-The jobs are written by benchmarks/synthetic_job.py (the benchmark's own generator, a few ranks × a few
+The jobs are written by neuron_studio/testing/synthetic_job.py (the benchmark's own generator, a few ranks × a few
 thousand events here), which simulates the job on one true clock: the expected arrivals, waits, straggler and
 clock skews come from that simulation, not from the analysis.
 """
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import shutil
 import sys
@@ -23,11 +22,7 @@ from neuron_studio.profiler.importers.job_inputs import job_inputs, rank_from_na
 from neuron_studio.profiler.job_map import analyze_job, local_workers, map_rank
 from neuron_studio.profiler.trace import TraceFormatError
 
-_spec = importlib.util.spec_from_file_location(
-    "synthetic_job", Path(__file__).resolve().parents[1] / "benchmarks" / "synthetic_job.py")
-sj = importlib.util.module_from_spec(_spec)
-sys.modules["synthetic_job"] = sj
-_spec.loader.exec_module(sj)
+from neuron_studio.testing import synthetic_job as sj
 
 SPEC = sj.JobSpec(ranks=4, events_per_rank=6000, launches_per_step=100, launches_per_collective=25, straggler=2)
 

@@ -168,22 +168,14 @@ def job_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int
                cache: RunOpsCache | None = None) -> dict[str, Any]:
     """The job's lanes for [start_ns, end_ns) at `width_px` (a `trace_window`-shaped answer plus `links`,
     `job`); `expand`: comma-separated ranks shown as their host timelines."""
-    from .trace_view import DEFAULT_WIDTH_PX
+    from .trace_view import window_of
 
     lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
     store, record = core._get_record(root_dir, notebook_path, run_id)
     jt = _job_tables(store, record.id, cache)
     ranks = jt.ranks["rank"].astype(int).tolist()
     expanded = _parse_expand(expand, ranks)
-    width_px = DEFAULT_WIDTH_PX if width_px is None else width_px
-    lo = jt.origin if start_ns is None else int(start_ns)
-    hi = jt.end if end_ns is None else int(end_ns)
-    if hi <= lo and start_ns is None and end_ns is None:
-        hi = lo + 1
-    try:
-        px_ns = lod.check_window(lo, hi, int(width_px))
-    except lod.WindowError as exc:
-        raise core.BadRequest(str(exc)) from None
+    lo, hi, width_px, px_ns = window_of(jt.origin, jt.end, start_ns, end_ns, width_px)
     origin = jt.origin
     intern: dict[str, int] = {}
     lanes: list[dict] = []

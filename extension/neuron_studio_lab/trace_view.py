@@ -16,7 +16,7 @@ import numpy as np
 from . import core
 from .run_cache import RunOpsCache
 
-__all__ = ["trace_window", "trace_op", "trace_search", "check_search", "PreparedTrace", "MAX_SEARCH_RESULTS"]
+__all__ = ["trace_window", "trace_op", "trace_search", "check_search", "window_of", "PreparedTrace", "MAX_SEARCH_RESULTS"]
 
 #: Columns the viewer reads; those after `engine`..`end_ns` are optional (older runs lack the host ones).
 TRACE_COLUMNS = ("seq", "name", "core", "engine", "start_ns", "end_ns", "thread", "step", "launch_ns")
@@ -121,6 +121,22 @@ def _prepared(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int,
         raise core.NotFound(f"run {record.id} has no table {core.DEVICE_OPS_TABLE!r}") from None
 
 
+def window_of(first_ns: int, last_ns: int, start_ns: int | None, end_ns: int | None,
+              width_px: int | None) -> tuple[int, int, int, float]:
+    """A request's window (default: [first_ns, last_ns], the whole run), width and ns per pixel; BadRequest
+    naming what is wrong with it."""
+    lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
+    width_px = DEFAULT_WIDTH_PX if width_px is None else int(width_px)
+    lo = first_ns if start_ns is None else int(start_ns)
+    hi = last_ns if end_ns is None else int(end_ns)
+    if start_ns is None and end_ns is None and hi <= lo:
+        hi = lo + 1  # a run whose ops all take no time: a 1 ns window still lists them
+    try:
+        return lo, hi, width_px, lod.check_window(lo, hi, width_px)
+    except lod.WindowError as exc:
+        raise core.BadRequest(str(exc)) from None
+
+
 def trace_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: int, *, start_ns: int | None,
                  end_ns: int | None, width_px: int | None, cache: RunOpsCache | None = None) -> dict[str, Any]:
     """Every lane's boxes for [start_ns, end_ns) (default: the whole run) drawn `width_px` pixels wide.
@@ -129,17 +145,9 @@ def trace_window(root_dir: str | os.PathLike[str], notebook_path: str, run_id: i
     every window of a run; `start_ns`/`end_ns` are absolute like the request's.
     """
     lod = core.studio_module("neuron_studio.profiler.analysis.trace_lod")
-    width_px = DEFAULT_WIDTH_PX if width_px is None else width_px
     record, prep = _prepared(root_dir, notebook_path, run_id, cache)
     lanes = prep.lanes
-    lo = lanes.first_start if start_ns is None else int(start_ns)
-    hi = lanes.last_end if end_ns is None else int(end_ns)
-    if start_ns is None and end_ns is None and hi <= lo:
-        hi = lo + 1  # a run whose ops all take no time: a 1 ns window still lists them
-    try:
-        px_ns = lod.check_window(lo, hi, int(width_px))
-    except lod.WindowError as exc:
-        raise core.BadRequest(str(exc)) from None
+    lo, hi, width_px, px_ns = window_of(lanes.first_start, lanes.last_end, start_ns, end_ns, width_px)
     origin = lanes.first_start
     intern: dict[str, int] = {}
     out_lanes = []

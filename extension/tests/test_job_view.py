@@ -2,13 +2,11 @@
 every rank's compute time, collectives linked across ranks with the last arrival, the straggler marked, a rank
 expanded to its host timeline (every op kept), op details by job id, bad requests, authentication.
 
-The job is the benchmark's synthetic one (benchmarks/synthetic_job.py), imported as `neuron-studio import`
+The job is the benchmark's synthetic one (neuron_studio/testing/synthetic_job.py), imported as `neuron-studio import`
 stores it."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,6 @@ import tornado.httpclient
 
 pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
-ROOT = Path(__file__).resolve().parents[2]
 #: Imports and exports run `neuron-studio` in a child process (torch import, rank workers): on a loaded
 #: 2-core machine a 3-rank job took 20 s.
 CHILD_TIMEOUT_S = 300
@@ -33,21 +30,13 @@ def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
 
 
-def _synthetic_job():
-    spec = importlib.util.spec_from_file_location("synthetic_job", ROOT / "benchmarks" / "synthetic_job.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["synthetic_job"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture
 def job(jp_root_dir: Path, tmp_path: Path) -> dict:
     pytest.importorskip("neuron_studio.imported_runs", reason="the studio itself makes the job run")
     from neuron_studio.imported_runs import store_imported
     from neuron_studio.store import RunStore
+    from neuron_studio.testing import synthetic_job as sj
 
-    sj = _synthetic_job()
     spec = sj.JobSpec(ranks=3, events_per_rank=3000, launches_per_step=100, launches_per_collective=25,
                       straggler=1, straggler_extra_us=20.0)
     sj.write_job(tmp_path / "job", spec)
@@ -185,7 +174,8 @@ async def _import_error(jp_fetch, **body) -> tuple[int, str]:  # noqa: ANN001
 @pytest.fixture
 def traces_in_root(jp_root_dir: Path, job: dict) -> Path:
     """The job's per-rank traces again, now under the server root (where the panel can name them)."""
-    sj = sys.modules["synthetic_job"]
+    from neuron_studio.testing import synthetic_job as sj
+
     return sj.write_job(jp_root_dir / "traces" / "job-1", job["spec"])[0].parent
 
 

@@ -2,20 +2,18 @@
 folder of per-rank traces (the server runs `neuron-studio import` on it), the job's timeline opens with the
 straggler marked, search finds a collective on every rank and opens it, "Download for Perfetto" saves the
 whole job as one aligned trace, and a bad import says what was wrong without rendering the file's name as
-HTML. The job is the benchmark's synthetic one (benchmarks/synthetic_job.py); no kernel needed."""
+HTML. The job is the benchmark's synthetic one (neuron_studio/testing/synthetic_job.py); no kernel needed."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, TOKEN, lab_server  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -25,17 +23,10 @@ HOSTILE = "<img src=x onerror=alert(1)>.json"
 IMPORT_TIMEOUT_MS = 240_000
 
 
-def _synthetic_job():
-    spec = importlib.util.spec_from_file_location("synthetic_job", REPO / "benchmarks" / "synthetic_job.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["synthetic_job"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    sj = _synthetic_job()
+    from neuron_studio.testing import synthetic_job as sj
+
     spec = sj.JobSpec(ranks=3, events_per_rank=3000, launches_per_step=100, launches_per_collective=25,
                       straggler=1, straggler_extra_us=20.0)
     root = tmp_path_factory.mktemp("lab-import")

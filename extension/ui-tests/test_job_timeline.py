@@ -1,38 +1,28 @@
 """A many-rank job in a real JupyterLab and Chromium: the Neuron Profiler panel's job timeline shows a lane per
 rank on the aligned clock (the straggler marked), links each collective across the ranks, and expands a rank
 to its host timeline when its name is clicked. The job is the benchmark's synthetic one
-(benchmarks/synthetic_job.py), imported as `neuron-studio import DIR` stores it; no kernel needed."""
+(neuron_studio/testing/synthetic_job.py), imported as `neuron-studio import DIR` stores it; no kernel needed."""
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, TOKEN, lab_server  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
-
-
-def _synthetic_job():
-    spec = importlib.util.spec_from_file_location("synthetic_job", REPO / "benchmarks" / "synthetic_job.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["synthetic_job"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     from neuron_studio.imported_runs import store_imported
     from neuron_studio.store import RunStore
+    from neuron_studio.testing import synthetic_job as sj
 
-    sj = _synthetic_job()
     spec = sj.JobSpec(ranks=3, events_per_rank=3000, launches_per_step=100, launches_per_collective=25,
                       straggler=1, straggler_extra_us=20.0)
     jobdir = tmp_path_factory.mktemp("job-traces")

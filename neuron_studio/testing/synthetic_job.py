@@ -1,10 +1,11 @@
 """A synthetic many-rank job as torch.profiler (kineto) writes it: one Chrome trace per rank, with blocking
 collectives, per-rank clock skew and one injected straggler. Used by benchmarks/bench_ranks.py (64 ranks ×
-1M events) and by the many-rank tests (a few ranks × a few thousand events), so both test the same shapes.
+1M events) and by the many-rank tests (a few ranks × a few thousand events: tests/test_job_ranks.py, the
+extension's job view and import tests), so both test the same shapes.
 
-Per rank and launch (as benchmarks/bench_trace_scale.py writes one rank): a `cpu_op` with "Input Dims" /
-"Input type", its `cuda_runtime` launch, the GPU `kernel`, and the `ac2g` flow pair linking them; each step a
-`ProfilerStep#N` annotation. Every `launches_per_collective` launches, a `c10d::allreduce_` (with its
+Per rank and launch (`kineto_writer`, as benchmarks/bench_trace_scale.py writes one rank): a `cpu_op` with
+"Input Dims" / "Input type", its `cuda_runtime` launch, the GPU `kernel`, and the `ac2g` flow pair linking them;
+each step a `ProfilerStep#N` annotation. Every `launches_per_collective` launches, a `c10d::allreduce_` (with its
 "Input Dims", so its bytes are known) and its `ncclKernel_AllReduce` on the communication stream.
 
 The job is simulated on one true clock: every rank computes its segment, arrives at the collective, and
@@ -15,28 +16,31 @@ then says), which the analysis should measure back from the collectives.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from neuron_studio.testing.kineto_writer import EVENTS_PER_LAUNCH, EventStream, LaunchOp, LaunchWriter
+
 __all__ = ["JobSpec", "write_rank", "write_job", "skew_us", "arrivals"]
 
-_OPS = [  # name, input dims, input types, kernel name (the same mix as bench_trace_scale)
-    ("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"], "ampere_bf16_s16816gemm_bf16_128x128"),
-    ("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
-     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
-    ("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
-     "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
-    ("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""], "void at::native::vectorized_elementwise_kernel<4, Gelu>"),
-    ("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []],
-     ["c10::BFloat16", "", "c10::BFloat16", "c10::BFloat16", "Scalar"],
-     "void at::native::vectorized_layer_norm_kernel<c10::BFloat16, float>"),
+_OPS = [  # the same mix as the scale benchmark
+    LaunchOp("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
+             "ampere_bf16_s16816gemm_bf16_128x128", flops=2 * 512 * 1024 * 1024),
+    LaunchOp("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
+             "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>"),
+    LaunchOp("aten::mul", [[512, 4096], [512, 4096]], ["c10::BFloat16", "c10::BFloat16"],
+             "void at::native::vectorized_elementwise_kernel<4, at::native::BinaryFunctor<c10::BFloat16>>"),
+    LaunchOp("aten::gelu", [[512, 4096]], ["c10::BFloat16", ""],
+             "void at::native::vectorized_elementwise_kernel<4, Gelu>"),
+    LaunchOp("aten::native_layer_norm", [[512, 1024], [], [1024], [1024], []],
+             ["c10::BFloat16", "", "c10::BFloat16", "c10::BFloat16", "Scalar"],
+             "void at::native::vectorized_layer_norm_kernel<c10::BFloat16, float>"),
 ]
 _LAUNCH_US = 12.0          # host time per launch
 _MM_EXTRA = 0              # index of aten::mm in _OPS
 _BASE_NS = 1_700_000_000_000_000_000
-_EVENTS_PER_LAUNCH = 5
+_EVENTS_PER_LAUNCH = EVENTS_PER_LAUNCH
 _EVENTS_PER_COLLECTIVE = 2
 
 
@@ -117,12 +121,13 @@ def write_rank(path: Path, rank: int, spec: JobSpec, plan: tuple[list[list[float
     launches = n_coll * spec.launches_per_collective
     written = 0
     elems = spec.allreduce_elems
+    writer = LaunchWriter(_OPS, pid=pid, tid=tid, stream=stream)
     with open(path, "w") as fh:
         fh.write(_header(rank, spec))
         fh.write(f'{{"ph": "M", "name": "process_name", "pid": {pid}, "tid": 0, "args": {{"name": "python"}}}},\n'
                  f'{{"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {{"name": "GPU 0"}}}}')
         written += 2
-        buf: list[str] = []
+        out = EventStream(fh)
         t = 1000.0                          # µs on the rank's clock (true time + 1000)
         gpu_t = t
         ext = 0
@@ -131,30 +136,13 @@ def write_rank(path: Path, rank: int, spec: JobSpec, plan: tuple[list[list[float
             seg, pos = divmod(k, spec.launches_per_collective)
             if k % spec.launches_per_step == 0:
                 step_start = t
-            name, dims, types, kern = _OPS[k % len(_OPS)]
             ext += 1
-            corr = 100_000 + k
             extra = spec.straggler_extra_us if (rank == spec.straggler and k % len(_OPS) == _MM_EXTRA) else 0.0
-            dur_cpu = 9.0 + (k % 7) * 0.25 + extra
-            flops = f', "flops": {2 * 512 * 1024 * 1024}' if name == "aten::mm" else ""
-            buf.append(f'{{"ph": "X", "cat": "cpu_op", "name": "{name}", "pid": {pid}, "tid": {tid}, '
-                       f'"ts": {t:.3f}, "dur": {dur_cpu:.3f}, "args": {{"External id": {ext}, '
-                       f'"Sequence number": {k}, "Input Dims": {json.dumps(dims)}, '
-                       f'"Input type": {json.dumps(types)}{flops}}}}}')
             lt = t + 2.0 + extra
-            buf.append(f'{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, '
-                       f'"tid": {tid}, "ts": {lt:.3f}, "dur": 5.0, "args": {{"External id": {ext}, '
-                       f'"cbid": 211, "correlation": {corr}}}}}')
-            buf.append(f'{{"ph": "s", "id": {corr}, "pid": {pid}, "tid": {tid}, "ts": {lt:.3f}, '
-                       f'"cat": "ac2g", "name": "ac2g"}}')
             gpu_t = max(gpu_t, lt + 4.0)
             kdur = 6.0 + (k % 5)
-            buf.append(f'{{"ph": "X", "cat": "kernel", "name": "{kern}", "pid": 0, "tid": {stream}, '
-                       f'"ts": {gpu_t:.3f}, "dur": {kdur:.3f}, "args": {{"External id": {ext}, "queued": 0, '
-                       f'"device": 0, "context": 1, "stream": {stream}, "correlation": {corr}, '
-                       f'"grid": [128, 1, 1], "block": [256, 1, 1]}}}}')
-            buf.append(f'{{"ph": "f", "id": {corr}, "pid": 0, "tid": {stream}, "ts": {gpu_t:.3f}, '
-                       f'"cat": "ac2g", "name": "ac2g", "bp": "e"}}')
+            out.add(writer.launch(k % len(_OPS), k, ext, 100_000 + k, t, 9.0 + (k % 7) * 0.25 + extra, lt, gpu_t,
+                                  kdur))
             gpu_t += kdur + 0.5
             written += _EVENTS_PER_LAUNCH
             t += _LAUNCH_US + extra
@@ -163,29 +151,24 @@ def write_rank(path: Path, rank: int, spec: JobSpec, plan: tuple[list[list[float
                 # the schedule), block until the last rank arrived plus the transfer
                 a, e = 1000.0 + arr[seg][rank], 1000.0 + exits[seg]
                 ext += 1
-                buf.append(f'{{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": {pid}, '
-                           f'"tid": {tid}, "ts": {a:.3f}, "dur": {e - a:.3f}, "args": {{"External id": {ext}, '
-                           f'"Input Dims": [[{elems}]], "Input type": ["float"]}}}}')
+                out.add(f'{{"ph": "X", "cat": "cpu_op", "name": "c10d::allreduce_", "pid": {pid}, '
+                        f'"tid": {tid}, "ts": {a:.3f}, "dur": {e - a:.3f}, "args": {{"External id": {ext}, '
+                        f'"Input Dims": [[{elems}]], "Input type": ["float"]}}}}')
                 ks = max(gpu_t, e - spec.transfer_us())
-                buf.append(f'{{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", '
-                           f'"pid": 0, "tid": {comm}, "ts": {ks:.3f}, "dur": {spec.transfer_us():.3f}, '
-                           f'"args": {{"External id": {ext}, "device": 0, "stream": {comm}, '
-                           f'"Collective name": "allreduce", "In msg nelems": {elems}, '
-                           f'"Out msg nelems": {elems}, "Group size": {spec.ranks}, "dtype": "Float"}}}}')
+                out.add(f'{{"ph": "X", "cat": "kernel", "name": "ncclKernel_AllReduce_RING_LL_Sum_float", '
+                        f'"pid": 0, "tid": {comm}, "ts": {ks:.3f}, "dur": {spec.transfer_us():.3f}, '
+                        f'"args": {{"External id": {ext}, "device": 0, "stream": {comm}, '
+                        f'"Collective name": "allreduce", "In msg nelems": {elems}, '
+                        f'"Out msg nelems": {elems}, "Group size": {spec.ranks}, "dtype": "Float"}}}}')
                 written += _EVENTS_PER_COLLECTIVE
                 t = e
             if k % spec.launches_per_step == spec.launches_per_step - 1 or k == launches - 1:
                 s = k // spec.launches_per_step
-                buf.append(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": {pid}, '
-                           f'"tid": {tid}, "ts": {step_start - 0.5:.3f}, "dur": {t - step_start + 0.5:.3f}, '
-                           f'"args": {{"External id": {10**9 + s}}}}}')
+                out.add(f'{{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#{s}", "pid": {pid}, '
+                        f'"tid": {tid}, "ts": {step_start - 0.5:.3f}, "dur": {t - step_start + 0.5:.3f}, '
+                        f'"args": {{"External id": {10**9 + s}}}}}')
                 written += 1
-            if len(buf) >= 20_000:
-                fh.write(",\n" + ",\n".join(buf))
-                buf = []
-        if buf:
-            fh.write(",\n" + ",\n".join(buf))
-        fh.write("\n]}\n")
+        out.close()
     return written
 
 
