@@ -96,21 +96,37 @@ def _compile_id() -> tuple[str, bool]:
     return f"frame{getattr(cid, 'frame_id', 0)}", frame_compile > 0
 
 
+def _writes_graph_input(n: torch.fx.Node) -> bool:
+    """An input mutation's write-back: `copy_` into a graph input (AOTAutograd's keep_inference_input_mutations).
+    TorchNeuron's backend removes it and aliases the new value's output buffer to the input
+    (torch_neuronx/neuron_dynamo_backend/fx/passes/functionalize_copy_inplace_result.py, FunctionalizeCopyInplacePass,
+    parmoham-aws/test-repo-parmoham @98154b86): the NEFF writes the value in place, no copy runs on the device."""
+    return (n.op == "call_function" and n.target is torch.ops.aten.copy_.default and bool(n.args)
+            and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder")
+
+
 class _RecordingInterpreter(torch.fx.Interpreter):
-    """Runs a compiled (AOT) graph node by node, recording each aten call as an OpEvent of this launch."""
+    """Runs a compiled (AOT) graph node by node, recording each aten call as an OpEvent of this launch; an input
+    mutation's write-back runs (the emulator keeps the value) but is not recorded: TorchNeuron's NEFF has no such
+    copy (`_writes_graph_input`)."""
 
     def __init__(self, gm: torch.fx.GraphModule, index: int) -> None:
         super().__init__(gm)
         self.index = index
+        self._aliased = False
         from neuron_studio.device.emulator.tensor import record_op
 
         self._record = record_op
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        self._aliased = _writes_graph_input(n)
+        return super().run_node(n)
 
     def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
         t0 = time.perf_counter_ns()
         out = super().call_function(target, args, kwargs)
         t1 = time.perf_counter_ns()
-        if isinstance(target, torch._ops.OpOverload):
+        if isinstance(target, torch._ops.OpOverload) and not self._aliased:
             self._record(target, list(args), dict(kwargs), out, t0, t1, self.index)
         return out
 

@@ -552,11 +552,19 @@ class Profile:
         try:
             run = model_run(cols, chip=chip, mode=mode, config=cfg, **kw)
         except ConfigError:  # e.g. an LNC the other chip does not offer: that chip's default
-            run = model_run(cols, chip=chip, mode=mode, config=cfg.replace(lnc=None), **kw)
+            cfg = cfg.replace(lnc=None)
+            run = model_run(cols, chip=chip, mode=mode, config=cfg, **kw)
         s, n = run.summary, self.steps
         rng = s.step_time_high_ns > 0
+        high = s.step_time_high_ns
+        if mode == "compile" and self.trace.mode != "compile" and cfg.fusion_rule != "none":
+            # graphs assumed over op-by-op ops: which intermediates stay on chip is decided by the compiled graph
+            # (TorchNeuron's decompositions, its op order), not known here; the range's high end moves every op's
+            # bytes through HBM (what_if.APPROX_GRAPHS names it)
+            worst = model_run(cols, chip=chip, mode=mode, config=cfg.replace(fusion_rule="none"), **kw).summary
+            high = max(high, worst.step_time_high_ns)
         return _wi.Variant(mode, s.chip, s.step_time_ns / n, s.step_time_low_ns / n if rng else None,
-                           s.step_time_high_ns / n if rng else None, s.mfu, s.cost_per_step_usd / n * 1e6)
+                           high / n if rng else None, s.mfu, s.cost_per_step_usd / n * 1e6)
 
     def _as_shown(self, df: pd.DataFrame) -> pd.DataFrame:
         """A table as a user reads it: its `source` (`sources`) in the one source format, its `module` as every

@@ -110,9 +110,32 @@ def test_compile_prediction_against_running_compile_on_the_emulator():
     """What the approximation misses (host-side optimizer step counters, Dynamo's own breaks) only adds launches,
     so the prediction is below the run, but not far."""
     step = mlp_training_step()
-    predicted = _mlp().what_if(modes=["compile"], chips=["trn2"]).iloc[0]["step_time_ns"]
+    row = _mlp().what_if(modes=["compile"], chips=["trn2"]).iloc[0]
+    predicted = row["step_time_ns"]
     ran = profile(step, steps=2, warmup=1, mode="compile", chip="trn2").step_time_ns
     assert 0.6 * ran < predicted <= ran
+    assert row["step_time_low_ns"] <= ran <= row["step_time_high_ns"]      # the run falls inside the range
+
+
+def test_compile_from_an_eager_trace_ranges_over_what_stays_on_chip():
+    """Which intermediates a compiled graph keeps on chip is not known from an eager trace: the row's high end is
+    the same graphs with every op's bytes through HBM (fusion_rule="none"), and the basis says so."""
+    from neuron_studio.profiler.model import ModelConfig
+
+    prof = _mlp()
+    r = prof.what_if(modes=["compile"], chips=["trn2"]).iloc[0]
+    ops, _ = wi.ops_for_mode(prof.trace.ops, "eager", "compile")
+    chain = model_run(ops, chip="trn2", mode="compile").summary
+    none = model_run(ops, chip="trn2", mode="compile", config=ModelConfig(fusion_rule="none")).summary
+    assert none.step_time_high_ns > chain.step_time_high_ns
+    assert r["step_time_high_ns"] == pytest.approx(none.step_time_high_ns / prof.steps, rel=1e-12)
+    assert r["step_time_low_ns"] == pytest.approx(chain.step_time_low_ns / prof.steps, rel=1e-12)
+    assert "high end moves every op's bytes through HBM" in r["basis"]
+    # a run recorded in compile mode is its own graphs: no such widening
+    own = profile(mlp_training_step(), steps=2, warmup=1, mode="compile", chip="trn2")
+    mine = own.what_if(modes=["compile"], chips=["trn1"]).iloc[0]
+    exact = model_run(own.trace.ops, chip="trn1", mode="compile").summary
+    assert mine["step_time_high_ns"] == pytest.approx(exact.step_time_high_ns / own.steps, rel=1e-12)
 
 
 def test_synthetic_graphs_break_at_syncs_fallbacks_phases_and_steps():

@@ -34,9 +34,12 @@ APPROX_GROUPING = ("re-modeled, approximate: TorchNeuron's op-concatenation rule
                    "device's queue deep (a starving device flushes earlier)")
 APPROX_GRAPHS = ("re-modeled, approximate: graphs assumed between the trace's sync points, CPU fallbacks, host "
                  "copies, collectives and forward/backward/optimizer boundaries, in-place updates inside them (as "
-                 "TorchNeuron's backend keeps input mutations in the NEFF); Dynamo's own graph breaks, state it "
-                 "keeps on the host in eager mode (e.g. optimizer step counters) and recompiles are not known from "
-                 "this trace, so compile can be slower than shown")
+                 "TorchNeuron's backend keeps input mutations in the NEFF). Not known from an eager trace: the "
+                 "compiled graph's own ops (TorchNeuron's decompositions, e.g. attention as matmul + softmax where "
+                 "its NKI flash kernel does not apply; the compiled optimizer's bias-correction math on the "
+                 "device), their order, Dynamo's graph breaks and recompiles. The range's low end keeps each "
+                 "op's output on chip for the next op that reads it; its high end moves every op's bytes through "
+                 "HBM. Run compile to know")
 APPROX_DECOMPOSED = ("re-modeled, approximate: the compiled graphs' decomposed ops stand in for the eager ops")
 APPROX_KERNEL = ("approximate: the hot path's modeled saving of the kernel (kernel model at a reference call) "
                  "subtracted from this profile's step")
