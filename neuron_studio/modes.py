@@ -254,7 +254,18 @@ def _not_user_dirs() -> tuple[str, ...]:
     return tuple(os.path.join(d, "") for d in dirs) + ("<frozen",)
 
 
+def _library_dirs() -> tuple[str, ...]:
+    """Installed third-party packages (site-packages): a break inside one (transformers' logging) is reported at
+    the user's line that called into it, naming the library's file:line in the reason."""
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths().get(k) for k in ("purelib", "platlib")} | set(site.getsitepackages())
+    return tuple(os.path.join(d, "") for d in sorted(x for x in dirs if x))
+
+
 _NOT_USER = _not_user_dirs()
+_LIBRARY = _library_dirs()
 _BREAKS_BY_FUNCTION: "weakref.WeakKeyDictionary[Any, list[dict[str, Any]]]" = weakref.WeakKeyDictionary()
 
 
@@ -313,17 +324,20 @@ class GraphBreaks:
         # Dynamo names the innermost frame (torch.optim's own graph_break()): report the user's line that led there
         tb = message.split("User code traceback:", 1)[-1] if "User code traceback:" in message else ""
         user = [f"{m.group('file')}:{m.group('line')}" for m in _FRAME.finditer(tb)
-                if not m.group("file").startswith(_NOT_USER)]
+                if not m.group("file").startswith(_NOT_USER + _LIBRARY)]
         inner = src.rsplit(":", 1)[0]
-        if user and inner.startswith(_NOT_USER):
+        if user and inner.startswith(_NOT_USER + _LIBRARY):
             src = user[-1]
         m = _BREAK_REASON.search(message)
         reason = " ".join((m.group("reason") if m else "").split()) or "unknown reason"
         why = _EXPLANATION.search(message)
         if why is not None:   # Dynamo's one-line explanation says it best ("does not know how to trace print")
             reason = why.group("why").strip()
-        if inner.startswith(_NOT_USER) and src != at.group("src"):
-            reason = f"{reason} (in {os.path.relpath(inner, os.path.dirname(os.path.dirname(torch.__file__)))})"
+        if src != at.group("src"):
+            lib = next((d for d in _LIBRARY if inner.startswith(d)), None)
+            where = (f"{os.path.relpath(at.group('src'), lib)}" if lib is not None and not inner.startswith(_NOT_USER)
+                     else os.path.relpath(inner, os.path.dirname(os.path.dirname(torch.__file__))))
+            reason = f"{reason} (in {where})"
         self.records.append((src, reason))
 
     def rows(self, source_of: Callable[[str], Any] | None = None) -> list[dict[str, Any]]:

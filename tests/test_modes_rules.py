@@ -317,3 +317,34 @@ def test_compiled_input_mutations_are_written_in_place_without_a_copy() -> None:
     assert len(in_graph) and not (in_graph["name"] == "aten::copy_").any()
     for a, b in zip(ref.parameters(), m.parameters()):
         torch.testing.assert_close(b.detach().cpu(), a.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_graph_break_inside_an_installed_library_is_reported_at_the_users_line(tmp_path, monkeypatch) -> None:
+    """A break in a third-party package (transformers' logging call in GPT-2's forward) is listed at the user's
+    line that called into it, with the library's own file:line in the reason."""
+    import importlib
+    import os
+    import sys
+
+    from neuron_studio import modes, profile
+
+    lib = tmp_path / "site"
+    lib.mkdir()
+    (lib / "fakelib_26.py").write_text("import torch\n\n\ndef forward(x):\n    y = x * 2\n"
+                                       "    torch._dynamo.graph_break()\n    return y + 1\n")
+    monkeypatch.syspath_prepend(str(lib))
+    monkeypatch.setattr(modes, "_LIBRARY", (os.path.join(str(lib), ""),))
+    fakelib = importlib.import_module("fakelib_26")
+    torch._dynamo.reset()
+    w = torch.randn(8, 8, device="neuron")
+
+    def step():
+        return fakelib.forward(w @ w)     # the user's line
+
+    prof = profile(step, steps=1, warmup=1, mode="compile", host_events=False)
+    gb = prof.graph_breaks()
+    sys.modules.pop("fakelib_26", None)
+    line = next(i + 1 for i, text in enumerate(open(__file__, encoding="utf-8").read().splitlines())
+                if text.strip().startswith("return fakelib.forward"))
+    assert gb["source"].tolist() == [f"{__file__}:{line}"]
+    assert gb["reason"].iloc[0].endswith("(in fakelib_26.py:6)")
