@@ -346,5 +346,5 @@ def test_a_graph_break_inside_an_installed_library_is_reported_at_the_users_line
     sys.modules.pop("fakelib_26", None)
     line = next(i + 1 for i, text in enumerate(open(__file__, encoding="utf-8").read().splitlines())
                 if text.strip().startswith("return fakelib.forward"))
-    assert gb["source"].tolist() == [f"{__file__}:{line}"]
+    assert len(gb) == 1 and gb["source"].iloc[0].endswith(f"test_modes_rules.py:{line}")
     assert gb["reason"].iloc[0].endswith("(in fakelib_26.py:6)")
