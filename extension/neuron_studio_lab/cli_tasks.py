@@ -17,6 +17,7 @@ import asyncio
 import glob
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -61,6 +62,11 @@ def _glob_anchor(target: str) -> str:
     return "/".join(parts)
 
 
+def _natural(path: str) -> list[Any]:
+    """Sort key: digit runs as numbers (`rank-2` before `rank-10`), as the studio orders a glob's ranks."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", Path(path).name)]
+
+
 def _check_tree_inside(root: Path, top: Path) -> None:
     """Refuse a folder holding a symlink that leads outside the root (the child would read through it)."""
     seen = 0
@@ -89,7 +95,8 @@ def plan_import(root_dir: str | os.PathLike[str], notebook_path: str, target: st
     if _is_glob(root, target.lstrip("/")):
         pattern = target.lstrip("/")
         core.resolve_inside(root_dir, _glob_anchor(pattern))           # Forbidden when the fixed part escapes
-        matches = sorted(glob.glob(str(root / pattern)))
+        # matched under the root (its own name is no pattern), in the order `neuron-studio import` sorts a glob
+        matches = sorted((str(root / m) for m in glob.glob(pattern, root_dir=root)), key=_natural)
         if not matches:
             raise core.NotFound(f"nothing matches {target!r} under the server root")
         if len(matches) > MAX_IMPORT_INPUTS:
@@ -100,7 +107,7 @@ def plan_import(root_dir: str | os.PathLike[str], notebook_path: str, target: st
                 raise core.Forbidden(f"{Path(m).relative_to(root).as_posix()} leads outside the server root")
             if Path(m).is_dir():
                 _check_tree_inside(root, Path(m))
-        targets = [str(root / pattern)]   # the CLI expands it again, in its own (natural) rank order
+        targets = matches                 # the checked paths, never the pattern again
     else:
         found = core.resolve_inside(root_dir, target)
         if not found.exists():
