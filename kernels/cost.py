@@ -5,7 +5,10 @@ measurements in benchmarks/bench_calibration.py):
 - Dependencies follow the bytes each instruction touches (`Instruction.read_spans` / `write_spans`): an
   instruction starts after the last writer of what it reads, and after the last readers and writer of what it
   writes, have finished. Two slices of one tensor are independent (per accessed slice, not per tensor).
-- Tensor, Vector, Scalar and GpSimd engines run their instructions in program order.
+- Tensor, Vector, Scalar and GpSimd engines run their instructions in program order. A copy issued without an
+  engine (`nisa.tensor_copy`'s default engine.unknown, `nl.copy`, a tile assigned into another) goes where the
+  compiler would put it, "based on engine workload" (nki.isa.tensor_copy API reference): the allowed engine
+  (Vector; Scalar on NeuronCore-v3+; GpSimd unless PSUM is involved) that finishes it first.
   Tensor Engine: a matmul issues every max(N, MM_INIT) cycles (N = moving free size, x BF16/FP32 peak ratio in
   FP32), or its FLOPs at peak if larger (architecture guide: initiation interval max(N, 64)).
   Vector Engine: N cycles per input tile streamed (two-input ops ~2N) + a static overhead per instruction;
@@ -285,8 +288,12 @@ class _KernelSchedule:
         self.hazards = _Hazards()
         self.end = 0.0
 
-    def compute(self, engine: str, dur: float, ins: Instruction) -> None:
-        start = max(self.hazards.earliest(ins.read_spans, ins.write_spans), self.free[engine])
+    def ready(self, ins: Instruction) -> float:
+        return self.hazards.earliest(ins.read_spans, ins.write_spans)
+
+    def compute(self, engine: str, dur: float, ins: Instruction, ready: float | None = None) -> None:
+        ready = self.hazards.earliest(ins.read_spans, ins.write_spans) if ready is None else ready
+        start = max(ready, self.free[engine])
         done = start + dur
         self.free[engine] = done
         self.hazards.commit(ins.read_spans, ins.write_spans, done)
@@ -339,6 +346,16 @@ def _schedule(trace: KernelTrace, spec: ChipSpec, core: CoreFigures
             sched.transfer(shape, ins)
             dur = shape.engine_ns
             busy[eng] += dur * shape.engines / sched.n_dma
+        elif ins.alternatives:  # no engine named: the compiler's pick, the engine that finishes it first
+            ready = sched.ready(ins)
+            choice = []
+            for e in (eng, *ins.alternatives):
+                d = instruction_ns(e, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
+                                   opcode=ins.opcode)
+                choice.append((max(ready, sched.free[e]) + d, d, e))
+            _, dur, eng = min(choice)
+            sched.compute(eng, dur, ins, ready)
+            busy[eng] += dur
         else:
             dur = instruction_ns(eng, ins.dtype, ins.elements, ins.flops, ins.bytes, ins.cycles_hint, spec, core,
                                  opcode=ins.opcode)

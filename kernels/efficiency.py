@@ -115,7 +115,7 @@ def kernel_scaling(kernel: str, chip: str, itemsize: int = 2) -> KernelScaling |
         mod_name, fn_name = target.split(":")
         fn: Any = getattr(importlib.import_module(f"{__package__}.{mod_name}"), fn_name)
         _, trace = fn.run(*args, chip=chip)
-        timing = kernel_time(trace, chip)
+        timing = kernel_time(trace, chip, ranges=False)
         points.append((roofline_ns(flops, nbytes, chip, dname), timing.total_ns - timing.launch_overhead_ns))
     (r1, t1), (r2, t2) = points
     slope = max(1.0, (t2 - t1) / (r2 - r1)) if r2 > r1 else max(1.0, t2 / max(r2, 1e-9))

@@ -680,3 +680,39 @@ def test_all_reduce_hops_by_algorithm_and_where_each_applies() -> None:
         link = 2 * (ranks - 1) / ranks * nbytes / spec.collective_bus_bandwidth_bytes_per_s * 1e9
         want = spec.allreduce_latency_ns + allreduce_steps(algo, ranks, 4) * spec.collective_hop_latency_ns + link
         assert got == pytest.approx(want, rel=1e-9), algo
+
+
+# -- copies the kernel leaves to the compiler -------------------------------------------------------------------
+def _evictions(engine_arg):
+    """16 Tensor Engine transposes of a [128, 128] tile, each evicted PSUM -> SBUF by a copy (engine as given)."""
+    def kernel(x):
+        out = nl.ndarray((128, 16 * 128), dtype=x.dtype, buffer=nl.shared_hbm)
+        src = nl.ndarray((128, 128), dtype=x.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=src, src=x)
+        res = nl.ndarray((128, 16 * 128), dtype=x.dtype, buffer=nl.sbuf)
+        for i in nl.affine_range(16):
+            ps = nl.ndarray((128, 128), dtype=nl.float32, buffer=nl.psum)
+            nisa.nc_transpose(dst=ps, data=src)
+            if engine_arg is None:
+                nisa.tensor_copy(dst=res[:, i * 128:(i + 1) * 128], src=ps)
+            else:
+                nisa.tensor_copy(dst=res[:, i * 128:(i + 1) * 128], src=ps, engine=engine_arg)
+        nisa.dma_copy(dst=out, src=res)
+        return out
+    return JitKernel(kernel)
+
+
+@pytest.mark.parametrize("chip", ["trn1", "trn2"])
+def test_a_copy_without_an_engine_goes_where_the_compiler_would_put_it(chip) -> None:
+    """nisa.tensor_copy's default engine.unknown: the compiler picks by engine workload among Vector, Scalar
+    (NeuronCore-v3+) and GpSimd (no PSUM access); a copy that names its engine stays there."""
+    x = torch.randn(128, 128).to(torch.bfloat16)
+    _, auto = _evictions(None).run(x, chip=chip)
+    _, pinned = _evictions(nisa.engine.vector).run(x, chip=chip)
+    t_auto, t_pinned = kernel_time(auto, chip), kernel_time(pinned, chip)
+    assert t_pinned.per_engine_ns["scalar"] == 0 and t_pinned.per_engine_ns["gpsimd"] == 0
+    assert t_auto.per_engine_ns["gpsimd"] == 0                      # PSUM source: never GpSimd
+    if chip == "trn1":                                              # NC-v2: no Scalar Engine tensor_copy
+        assert t_auto.total_ns == pytest.approx(t_pinned.total_ns) and t_auto.per_engine_ns["scalar"] == 0
+    else:
+        assert t_auto.per_engine_ns["scalar"] > 0 and t_auto.total_ns < t_pinned.total_ns

@@ -406,3 +406,24 @@ def diverging_outputs(a):
 def test_instances_allocating_different_shared_tensors_is_an_error_not_an_alias():
     with pytest.raises(K.NkiUsageError, match="must allocate the same shared tensors"):
         diverging_outputs[2](np.ones((4, 4), np.float32))
+
+
+@nki.jit
+def _row_normalise(x):
+    """Each row divided by its own sum, the way AWS's SD attention kernel scales its softmax: a free-axis
+    reduction without keepdims ([P]) broadcast to the tile's shape."""
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(x.shape[0])[:, None]
+    jf = nl.arange(x.shape[1])[None, :]
+    t = nl.load(x[ip, jf])
+    total = nisa_v1.tensor_reduce(np.add, data=t, axis=(1,))
+    scale = nl.ndarray((nl.par_dim(x.shape[0]), x.shape[1]), dtype=x.dtype)
+    scale[ip, jf] = nl.copy((1.0 / total).broadcast_to((x.shape[0], x.shape[1])), dtype=x.dtype)
+    nl.store(out[ip, jf], value=t * scale)
+    return out
+
+
+def test_a_partition_tile_broadcasts_along_the_free_axis():
+    x = torch.rand(128, 128, generator=torch.Generator().manual_seed(3)) + 0.5   # square: both readings fit
+    out, _ = K.run(_row_normalise, x)
+    torch.testing.assert_close(out, x / x.sum(1, keepdim=True), rtol=1e-5, atol=1e-6)

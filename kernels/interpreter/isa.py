@@ -24,7 +24,8 @@ from .tensor import HBM_BUFFERS, NkiTensor, describe
 from .trace import Instruction
 
 __all__ = ["engine", "dma_copy", "dma_transpose", "nc_matmul", "nc_transpose", "tensor_tensor", "tensor_scalar",
-           "activation", "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record"]
+           "activation", "tensor_reduce", "tensor_copy", "reciprocal", "memset", "affine_select", "record",
+           "copy_engines"]
 
 class engine(enum.Enum):
     """Engine selector accepted by instructions that can run on several engines."""
@@ -51,12 +52,13 @@ def _fail(rule: str, detail: str, t: NkiTensor | None = None) -> None:
 
 def record(engine_name: str, opcode: str, operands: Sequence[NkiTensor], dtype: str, elements: int, flops: int,
            nbytes: int = 0, cycles_hint: int = 0, also_reads: Sequence[Any] = (),
-           also_writes: Sequence[Any] = ()) -> None:
+           also_writes: Sequence[Any] = (), alternatives: tuple[str, ...] = ()) -> None:
     """Append one instruction to the current trace, attributed to the kernel source line that issued it.
 
     `operands[0]` is the destination, the rest are sources (every ISA call passes them in that order);
     `also_reads`/`also_writes` add tiles that are not shape-bearing operands (per-partition scalars, reduce
-    results); non-tile entries are ignored."""
+    results); non-tile entries are ignored. `alternatives`: other engines the compiler may run it on (an
+    instruction issued without an engine); the kernel model picks the one that finishes it first."""
     frame = kernel_frame(2)
     st = current()
     ids = [st.buffer_id(t._alloc) for t in operands]
@@ -74,7 +76,8 @@ def record(engine_name: str, opcode: str, operands: Sequence[NkiTensor], dtype: 
         elements=int(elements), flops=int(flops), bytes=int(nbytes),
         file=frame.f_code.co_filename if frame is not None else "", line=frame.f_lineno if frame else 0,
         cycles_hint=int(cycles_hint), reads=tuple(ids[1:]) + extra_r, writes=tuple(ids[:1]) + extra_w,
-        read_spans=read_spans, write_spans=write_spans, partitions=partitions, descriptors=descriptors))
+        read_spans=read_spans, write_spans=write_spans, partitions=partitions, descriptors=descriptors,
+        alternatives=tuple(e for e in alternatives if e != engine_name)))
 
 
 def _dma_geometry(dst: NkiTensor, src: NkiTensor) -> tuple[tuple[int, int], int]:
@@ -96,6 +99,20 @@ def _on_chip(*tensors: NkiTensor) -> None:
         if t.buffer in HBM_BUFFERS:
             _fail("engine_operand_buffer", "compute engines read and write SBUF/PSUM only; DMA HBM data "
                   "into SBUF first", t)
+
+
+def copy_engines(eng: Any, *tiles: NkiTensor) -> tuple[str, ...]:
+    """The engines a copy issued without an engine may run on: nisa.tensor_copy's default engine.unknown lets
+    the compiler select by engine workload among Vector, Scalar (NeuronCore-v3+) and GpSimd, which cannot
+    access PSUM (nki.isa.tensor_copy API reference); () when the kernel names the engine."""
+    if _engine(eng, "") != "":
+        return ()
+    engines = ["vector"]
+    if current().chip != "trn1":
+        engines.append("scalar")
+    if not any(isinstance(t, NkiTensor) and t.buffer == "psum" for t in tiles):
+        engines.append("gpsimd")
+    return tuple(engines)
 
 
 def _engine(eng: Any, default: str) -> str:
@@ -389,7 +406,8 @@ def tensor_copy(dst: NkiTensor, src: NkiTensor, engine: Any = None, dtype: Any =
     if dtype is not None:
         value = _dt.round_to(value, _dt.normalize_dtype(dtype))
     _store(dst, value, src.dtype if dtype is None else None)
-    record(_engine(engine, "vector"), "tensor_copy", (dst, src), src.dtype, src.data.size, 0)
+    record(_engine(engine, "vector"), "tensor_copy", (dst, src), src.dtype, src.data.size, 0,
+           alternatives=copy_engines(engine, dst, src))
 
 
 @_maskable

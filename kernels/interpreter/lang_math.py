@@ -15,7 +15,7 @@ import numpy as np
 from . import dtypes as _dt
 from .errors import NkiRuleError
 from .indexing import align_mask
-from .isa import record
+from .isa import copy_engines, record
 from .ops import BINARY, UNARY, Op
 from .state import current, kernel_frame, kernel_line
 from .tensor import HBM_BUFFERS, NkiTensor, allocate, describe
@@ -213,7 +213,7 @@ def copy(x: NkiTensor, dtype: Any = None, mask: Any = None, **_: Any) -> NkiTens
     _on_chip(x)
     out = _result(x.shape, dtype, x)
     out.write(x.read(mask), x.dtype, mask=mask)
-    record("vector", "tensor_copy", (out, x), x.dtype, x.data.size, 0)
+    record("vector", "tensor_copy", (out, x), x.dtype, x.data.size, 0, alternatives=copy_engines(None, out, x))
     return out
 
 
@@ -271,7 +271,8 @@ def assign(target: NkiTensor, value: Any) -> None:
             _written_in_place(value)  # an unnamed fresh result: its instruction wrote the target directly
             if target.buffer == value.buffer:
                 return
-        record("vector", "tensor_copy", (target, value), value.dtype, target.data.size, 0)
+        record("vector", "tensor_copy", (target, value), value.dtype, target.data.size, 0,
+               alternatives=copy_engines(None, target, value))
         return
     target.write(np.full(target.shape, _value(value), np.float32))
     record("vector", "memset", (target,), target.dtype, target.data.size, 0)

@@ -168,8 +168,16 @@ class NkiTensor:
                          self._path + f".reshape({tuple(shape)})", self._readonly, written, self._blocks)
 
     def broadcast_to(self, shape: tuple[int, ...] | list[int]) -> "NkiTensor":
-        """Read-only stride-0 view (an access pattern with step 0), e.g. one HBM row read into every partition."""
-        return NkiTensor(np.broadcast_to(self.data, tuple(shape)), self.dtype, self.buffer, self._alloc,
+        """Read-only stride-0 view (an access pattern with step 0), e.g. one HBM row read into every partition.
+
+        An on-chip tile's axis 0 is its partition axis, so a [P] tile (a free-axis reduction without keepdims)
+        broadcasts along the free axes to [P, F], as NKI does, not numpy's trailing-axis way ([F] -> [P, F]),
+        which would divide row i of a softmax by row j's sum."""
+        target = tuple(shape)
+        data = self.data
+        if self.buffer in ("sbuf", "psum") and 0 < data.ndim < len(target) and data.shape[0] == target[0]:
+            data = data.reshape(data.shape + (1,) * (len(target) - data.ndim))
+        return NkiTensor(np.broadcast_to(data, target), self.dtype, self.buffer, self._alloc,
                          self._path + f".broadcast_to({tuple(shape)})", True, None, self._blocks)
 
     # -- data movement helpers (used by isa/language) -------------------------------------------------------

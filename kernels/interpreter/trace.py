@@ -40,6 +40,7 @@ class Instruction:
     write_spans: tuple[Span, ...] = ()  # instructions by these (per accessed slice, not per tensor)
     partitions: tuple[int, int] = (0, 0)  # DMA: (first SBUF partition, partition count) of its on-chip side
     descriptors: int = 0                   # DMA: contiguous runs of its HBM side (descriptors the engines move)
+    alternatives: tuple[str, ...] = ()     # other engines the compiler may run it on (issued without an engine)
 
 
 @dataclass
