@@ -28,3 +28,19 @@ def test_without_ipython_example_runs_as_written(tmp_path: Path) -> None:
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "aten::" in r.stdout            # the op table printed
+
+
+def test_calibration_claim_is_what_the_data_says() -> None:
+    """The README's per-chip calibration figures are the ones a profile's badge states (they drifted once:
+    the README kept '0.78–1.23× on every row' after the Trn2 rows changed the fit)."""
+    from neuron_studio.profiler.model.calibration import calibration_summary
+
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    for chip in ("trn2", "trn1"):
+        s = calibration_summary(chip)
+        m = re.search(rf"\*\*{chip}\*\* (\d+) rows at (?:modeled/published )?(\d\.\d\d)–(\d\.\d\d)× "
+                      rf"\((?:geometric-mean error )?(\d\.\d\d)×\)", text)
+        assert m is not None, f"README states no calibration figures for {chip}"
+        assert (int(m.group(1)), m.group(2), m.group(3), m.group(4)) == (
+            s.n_rows, f"{s.lo:.2f}", f"{s.hi:.2f}", f"{s.geomean:.2f}"), (chip, m.group(0), s.text)
+    assert calibration_summary("trn3").n_rows == 0 and "not validated" in text
