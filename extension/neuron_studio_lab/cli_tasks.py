@@ -168,7 +168,7 @@ async def import_traces(runner: TaskRunner, root_dir: str | os.PathLike[str], no
                         name: str | None = None) -> dict[str, Any]:
     """Import `target` as one run (`neuron-studio import --json`) into the notebook's store."""
     plan = await asyncio.to_thread(plan_import, root_dir, notebook_path, target)
-    args = ["import", "--json", "--store", str(plan.store_dir), "--name", (name or "").strip() or plan.label,
+    args = ["import", "--json", "--store", str(plan.store_dir), f"--name={(name or '').strip() or plan.label}",
             "--", *plan.targets]
     out = await runner.run(args, root_dir)
     try:
