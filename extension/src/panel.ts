@@ -481,7 +481,7 @@ export class ProfilerPanel extends Widget {
       { class: 'ns-RunRow', attrs: { 'data-run-id': String(run.id), 'data-notebook': run.notebook ?? '' } },
       el('td', {}, check),
       el('td', { text: `#${run.id}` }),
-      el('td', { text: run.name ?? '' }),
+      el('td', { class: 'ns-RunName', text: run.name ?? '', title: run.name ?? '' }),
       el(
         'td',
         { class: 'ns-CellPreview', title: run.cell_source },

@@ -83,6 +83,9 @@ def test_imported_gpu_trace_in_notebook_and_panel(lab: dict, page) -> None:  # n
     row = panel.locator(f".ns-RunGroup[data-group='unowned'] .ns-RunRow[data-run-id='{lab['run_id']}']")
     row.wait_for(timeout=15_000)
     assert "imported trace" in row.inner_text()
+    # the run list fits the panel (an imported trace's long path does not push Status/Step/MFU past its edge)
+    right = panel.evaluate("p => p.getBoundingClientRect().right")
+    assert panel.locator(".ns-RunList").evaluate("t => t.getBoundingClientRect().right") <= right + 1
     assert "1 run with no notebook" in panel.locator(".ns-PathLabel").inner_text()
     assert panel.locator(".ns-RunGroupHead").all_inner_texts() == [
         "This notebook (imported.ipynb): no runs yet", "Imported traces, scripts and jobs (no notebook) · 1"]
