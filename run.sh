@@ -15,7 +15,7 @@ STAMP_FILE="neuron-studio-install.sha256"
 
 # Files and directories whose content decides what `install` puts into the venv. The studio itself is an
 # editable install (its sources are used in place); the extension is a regular install, so its sources count.
-DEPS_INPUTS=(run.sh pyproject.toml extension/pyproject.toml extension/package.json extension/yarn.lock
+DEPS_INPUTS=(run.sh pyproject.toml setup.py neuron_studio/device/emulator/csrc extension/pyproject.toml extension/package.json extension/yarn.lock
              extension/install.json extension/tsconfig.json extension/src extension/style
              extension/neuron_studio_lab extension/jupyter-config)
 
@@ -53,7 +53,7 @@ install() {
   echo "run.sh: installing into $VENV (first start, or the project's dependencies changed)" >&2
   local want
   want="$(deps_hash)"
-  python -m pip install -q --upgrade pip
+  python -m pip install -q --upgrade pip setuptools wheel
   # torch pinned first. Which build pip picks depends on the index: on Linux x86_64 the default index
   # serves the CUDA build; NEURON_STUDIO_TORCH_INDEX (e.g. PyTorch's CPU index) adds an index to take it from.
   if [ -n "${NEURON_STUDIO_TORCH_INDEX:-}" ]; then
@@ -61,7 +61,9 @@ install() {
   else
     python -m pip install -q "torch==$TORCH_VERSION"
   fi
-  python -m pip install -q -e ".[lab,test]"
+  # The emulated device's C++ extension is compiled here, against the torch just installed (so no build
+  # isolation: an isolated build would compile against another torch). Needs a C++ compiler (g++/clang).
+  python -m pip install -q --no-build-isolation -e ".[lab,test]"
   if [ -f extension/pyproject.toml ]; then
     python -m pip install -q ./extension
   fi

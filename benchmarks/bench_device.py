@@ -4,9 +4,10 @@
     python benchmarks/bench_device.py --quick    # fewer repetitions
 
 (a) per-op overhead: 10,000 small adds, µs per op above CPU, without and with an OpEvent subscriber
-    (goal <= 10 µs without);
-(b) MLP 64x1024x1024: forward + backward + SGD step (goal <= 1.10x CPU);
-(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.10x CPU).
+    (goals <= 1.5 µs without, <= 4 µs recording; the recording figure includes turning the C++ rows into
+    OpEvents when the subscription drains);
+(b) MLP 64x1024x1024: forward + backward + SGD step (goal <= 1.05x CPU);
+(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU).
 CPU and neuron repetitions are interleaved and medians reported, so drift in machine load hits both.
 """
 from __future__ import annotations
@@ -64,17 +65,18 @@ def bench_small_adds(reps: int) -> list[tuple]:
     sub.close()
 
     def dev_sub() -> None:
-        with neuron_studio.device.subscribe(capacity=n):
+        with neuron_studio.device.subscribe(capacity=n) as sub:
             for _ in range(n):
                 xn + xn
+            assert len(sub.drain()) == n
 
     m = interleaved({"cpu": cpu, "neuron": dev, "neuron+sub": dev_sub}, reps)
     per = {k: v / n * 1e6 for k, v in m.items()}
     return [
         ("(a) 10,000 adds, 16 floats", "no subscriber", per["cpu"], per["neuron"], per["neuron"] / per["cpu"],
-         f"{per['neuron'] - per['cpu']:.2f} µs/op overhead (goal <= 10)"),
+         f"{per['neuron'] - per['cpu']:.2f} µs/op overhead (goal <= 1.5)"),
         ("(a) 10,000 adds, 16 floats", "subscriber", per["cpu"], per["neuron+sub"], per["neuron+sub"] / per["cpu"],
-         f"{per['neuron+sub'] - per['cpu']:.2f} µs/op overhead"),
+         f"{per['neuron+sub'] - per['cpu']:.2f} µs/op overhead (goal <= 4)"),
     ]
 
 
@@ -94,7 +96,7 @@ def bench_mlp(reps: int) -> list[tuple]:
 
     m = interleaved({"cpu": make("cpu"), "neuron": make("neuron")}, reps)
     return [("(b) MLP 64x1024x1024 fwd+bwd+SGD", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
-             m["neuron"] / m["cpu"], "goal <= 1.10x")]
+             m["neuron"] / m["cpu"], "goal <= 1.05x")]
 
 
 def bench_block(reps: int) -> list[tuple]:
@@ -111,7 +113,7 @@ def bench_block(reps: int) -> list[tuple]:
 
     m = interleaved({"cpu": make("cpu"), "neuron": make("neuron")}, reps)
     return [("(c) transformer block d512 s256 b8 fwd+bwd", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
-             m["neuron"] / m["cpu"], "goal <= 1.10x")]
+             m["neuron"] / m["cpu"], "goal <= 1.05x")]
 
 
 def main(argv: list[str] | None = None) -> None:

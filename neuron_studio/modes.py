@@ -2,8 +2,8 @@
 
 On the emulator the backend follows TorchNeuron's rules: static shapes only (a symbolic dimension is an
 error), `mode="default"` only (others warn and fall back), every new input shape a recompile that is
-logged. Compiled forward/backward graphs run through an FX interpreter that records each node as an
-OpEvent tagged with its graph launch, so the model charges one launch per graph execution. On real
+logged. Compiled forward/backward graphs run their aten ops on the device, which records each as an
+OpEvent tagged with the graph launch, so the model charges one launch per graph execution. On real
 hardware the backend defers to TorchNeuron's own.
 """
 from __future__ import annotations
@@ -105,54 +105,36 @@ def _writes_graph_input(n: torch.fx.Node) -> bool:
             and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder")
 
 
-class _RecordingInterpreter(torch.fx.Interpreter):
-    """Runs a compiled (AOT) graph node by node, recording each aten call as an OpEvent of this launch; an input
-    mutation's write-back runs (the emulator keeps the value) but is not recorded: TorchNeuron's NEFF has no such
-    copy (`_writes_graph_input`)."""
+def _write_back_unrecorded(*args: Any, **kwargs: Any) -> Any:
+    """An input mutation's write-back (`_writes_graph_input`): run (the emulator keeps the value), not recorded."""
+    from neuron_studio.device.emulator.registration import unrecorded
 
-    def __init__(self, gm: torch.fx.GraphModule, index: int) -> None:
-        super().__init__(gm)
-        self.index = index
-        self._aliased = False
-        from neuron_studio.device.emulator.tensor import record_op
-
-        self._record = record_op
-
-    def run_node(self, n: torch.fx.Node) -> Any:
-        self._aliased = _writes_graph_input(n)
-        return super().run_node(n)
-
-    def call_function(self, target: Any, args: Any, kwargs: Any) -> Any:
-        t0 = time.perf_counter_ns()
-        out = super().call_function(target, args, kwargs)
-        t1 = time.perf_counter_ns()
-        if isinstance(target, torch._ops.OpOverload) and not self._aliased:
-            self._record(target, list(args), dict(kwargs), out, t0, t1, self.index)
-        return out
+    with unrecorded():
+        return torch.ops.aten.copy_.default(*args, **kwargs)
 
 
-def _graph_runner(kind: str, on_neuron: bool) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
-    """Runs AOTAutograd's graph; `on_neuron`: the graph computes on neuron tensors (on their CPU data), so the
-    tensors it returns, saved activations included, are counted as device memory."""
+def _graph_runner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
+    """Runs AOTAutograd's graph on the device; while a subscriber listens, its ops are recorded as one launch
+    (an input mutation's write-back runs unrecorded: TorchNeuron's NEFF has no such copy)."""
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         from functorch.compile import make_boxed_func
 
         bus = _device.registry().bus
-        memory = _device.registry().memory if on_neuron else None
+        if any(_writes_graph_input(n) for n in gm.graph.nodes):
+            for n in gm.graph.nodes:
+                if _writes_graph_input(n):
+                    n.target = _write_back_unrecorded
+            gm.recompile()
 
         def run(*args: Any) -> Any:
             if not bus.active:
-                out = gm(*args)
-            else:
-                prev = bus.current_graph
-                bus.current_graph = bus.next_graph_launch()
-                try:
-                    out = _RecordingInterpreter(gm, 0).run(*args)
-                finally:
-                    bus.current_graph = prev
-            if memory is not None:  # what the graph returns (saved activations too) is device memory
-                memory.adopt(out, torch.neuron.current_device())
-            return out
+                return gm(*args)
+            prev = bus.current_graph
+            bus.current_graph = bus.next_graph_launch()
+            try:
+                return gm(*args)
+            finally:
+                bus.current_graph = prev
 
         return make_boxed_func(run)
 
@@ -179,12 +161,11 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
     t0 = time.perf_counter_ns()
     from torch._dynamo.backends.common import aot_autograd
 
-    on_neuron = any(isinstance(x, torch.Tensor) and x.device.type == "neuron" for x in example_inputs)
     # As TorchNeuron's backend (torch_neuronx/neuron_dynamo_backend/backend.py @98154b86: "Prevent Copy-back"):
     # input mutations of inference graphs (optimizer updates) stay in the graph as copy_ into the input's buffer
     # (its executor aliases the output to the input), so they run inside the NEFF, not as eager copies after it.
-    compiled = aot_autograd(fw_compiler=_graph_runner("forward", on_neuron),
-                            bw_compiler=_graph_runner("backward", on_neuron),
+    compiled = aot_autograd(fw_compiler=_graph_runner("forward"),
+                            bw_compiler=_graph_runner("backward"),
                             keep_inference_input_mutations=True)(gm, example_inputs)
     reg.compile_log.append({
         "graph_key": key,

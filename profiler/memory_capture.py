@@ -1,6 +1,6 @@
 """Device memory during a capture: every allocation and free, and what each storage holds.
 
-The emulator's allocator (`device/emulator/memory.py`) appends each allocation and free to a `MemoryLog`
+The emulator's allocator (C++, read through `device/emulator/memory.py`) appends each allocation and free to a `MemoryLog`
 in the order it counts them, so replaying the log gives exactly the bytes `torch.neuron.memory_allocated()`
 reports at every point. This module opens the log, watches the run to learn what the storages are, and
 turns the log into the trace's `memory` table (one row per storage live when the profiled steps begin,
@@ -73,7 +73,7 @@ class MemoryRecorder:
             return
         self.log = self.tracker.open_log(self.registry.bus)
         if self._use_saved_hooks:
-            from neuron_studio.device.emulator.tensor import unrecorded
+            from neuron_studio.device.emulator.registration import unrecorded
 
             self._unrecorded = unrecorded
             self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, _unpack)

@@ -220,11 +220,18 @@ def test_dataloader_pin_memory_feeds_neuron_model() -> None:
     assert losses_n == losses
 
 
-def test_pin_memory_returns_the_tensor_itself() -> None:
-    """Deliberate: on the emulator host memory is device memory, so every host tensor counts as pinned."""
+def test_pin_memory_pins_a_host_copy_and_plain_tensors_are_not_pinned() -> None:
     x = torch.randn(4)
-    assert x.is_pinned()
-    assert x.pin_memory() is x
+    assert not x.is_pinned()  # an ordinary CPU tensor, as without the studio
+    p = x.pin_memory()
+    assert p is not x and p.device.type == "cpu" and p.is_pinned() and torch.equal(p, x)
+    assert not x.is_pinned() and p.pin_memory() is p
+    e = torch.empty(3, 2, pin_memory=True)
+    assert e.is_pinned() and e.shape == (3, 2)
+    n = x.to("neuron")
+    assert not n.is_pinned()
+    with pytest.raises(RuntimeError, match="only dense CPU tensors can be pinned"):
+        n.pin_memory()
 
 
 def test_torch_compile_on_neuron_tensors() -> None:
@@ -238,19 +245,35 @@ def test_torch_compile_on_neuron_tensors() -> None:
         assert torch.equal(out.cpu(), m(x))
 
 
-# -- deliberate answers: what a Python-only backend cannot support ----------------------------------
-def test_accelerator_synchronize_and_memory_raise_torchs_error() -> None:
-    with pytest.raises(RuntimeError, match="Backend doesn't support synchronizing all streams on device"):
+# -- torch.accelerator, generators ------------------------------------------------------------------
+def test_accelerator_synchronize_and_memory_figures() -> None:
+    dev = "neuron:2"
+    torch.accelerator.synchronize()
+    torch.accelerator.synchronize(dev)
+    before = torch.accelerator.memory_allocated(dev)
+    assert before == torch.neuron.memory_allocated(dev)
+    x = torch.empty(256, device=dev)
+    assert torch.accelerator.memory_allocated(dev) == before + 1024
+    assert torch.accelerator.max_memory_allocated(dev) >= before + 1024
+    assert torch.accelerator.memory_stats(dev)["allocated_bytes.all.current"] == before + 1024
+    del x
+    assert torch.accelerator.memory_allocated(dev) == before
+    with neuron_studio.device.subscribe() as sub:
         torch.accelerator.synchronize()
-    with pytest.raises(RuntimeError, match="Allocator for neuron is not a DeviceAllocator"):
-        torch.accelerator.memory_allocated()
-    torch.neuron.synchronize()  # the supported equivalents
-    assert torch.neuron.memory_allocated() >= 0
+    assert [e.name for e in sub.drain()] == ["neuron::synchronize"]
 
 
-def test_neuron_generator_raises_and_cpu_generator_gives_cpu_values() -> None:
-    with pytest.raises(NotImplementedError, match="getNewGenerator"):
-        torch.Generator("neuron")
-    a = torch.randn(5, device="neuron", generator=torch.Generator().manual_seed(4))
+def test_neuron_generator_draws_what_a_cpu_generator_draws() -> None:
+    g = torch.Generator("neuron")
+    assert g.device == torch.device("neuron", 0)
+    g.manual_seed(4)
+    a = torch.randn(5, device="neuron", generator=g)
     b = torch.randn(5, generator=torch.Generator().manual_seed(4))
     assert a.device.type == "neuron" and torch.equal(a.cpu(), b)
+    state = g.get_state()
+    c = torch.rand(3, device="neuron", generator=g)
+    g.set_state(state)
+    assert torch.equal(torch.rand(3, device="neuron", generator=g).cpu(), c.cpu())
+    assert torch.Generator("neuron:1").device == torch.device("neuron", 1)
+    cpu_gen = torch.randn(5, device="neuron", generator=torch.Generator().manual_seed(4))
+    assert torch.equal(cpu_gen.cpu(), b)  # a CPU generator also serves neuron tensors

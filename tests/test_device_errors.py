@@ -105,16 +105,6 @@ def test_sparse_tensors_are_refused() -> None:
         torch.ones(2, 2, device="neuron").to_sparse()
 
 
-@emulated
-def test_python_only_backend_limits_raise_torchs_own_errors() -> None:
-    with pytest.raises(RuntimeError, match="Backend doesn't support synchronizing all streams on device"):
-        torch.accelerator.synchronize()
-    with pytest.raises(RuntimeError, match="Allocator for neuron is not a DeviceAllocator"):
-        torch.accelerator.memory_allocated()
-    with pytest.raises(NotImplementedError, match="implement `getNewGenerator`"):
-        torch.Generator("neuron")
-
-
 def test_backend_env_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NEURON_STUDIO_BACKEND", "gpu")
     with pytest.raises(BackendError, match="NEURON_STUDIO_BACKEND='gpu' is not one of auto, real, emulated"):

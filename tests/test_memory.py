@@ -354,16 +354,15 @@ def test_neuron_check_reports_whether_the_step_fits() -> None:
 
 
 def test_compile_mode_counts_the_activations_a_compiled_graph_saves() -> None:
-    """AOTAutograd runs a compiled graph on the neuron tensors' CPU data: the activations the forward graph
-    saves for backward come back as host tensors no wrapper owns. They are device memory and are counted,
-    exactly once, for as long as autograd keeps them."""
+    """AOTAutograd runs a compiled graph on the device: the activations the forward graph saves for backward
+    are device memory and are counted, exactly once, for as long as autograd keeps them."""
     torch.manual_seed(0)
     model = PreNormBlock(64, 4).to("neuron")
     x = torch.randn(BATCH, 32, 64, device="neuron")
     compiled = torch.compile(model, backend="neuron", dynamic=False)
     compiled(x).pow(2).mean().backward()  # compiles; gradients allocated
-    held = {p._elem.untyped_storage().data_ptr() for p in model.parameters()} | {
-        p.grad._elem.untyped_storage().data_ptr() for p in model.parameters()} | {x._elem.untyped_storage().data_ptr()}
+    held = {p.untyped_storage().data_ptr() for p in model.parameters()} | {
+        p.grad.untyped_storage().data_ptr() for p in model.parameters()} | {x.untyped_storage().data_ptr()}
     gc.collect()
     base = torch.neuron.memory_allocated()
     torch.neuron.reset_peak_memory_stats()
@@ -371,7 +370,7 @@ def test_compile_mode_counts_the_activations_a_compiled_graph_saves() -> None:
         out = compiled(x)
         loss = out.pow(2).mean()
         saved = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in out.grad_fn.saved_tensors}
-        kept = sum(n for ptr, n in saved.items() if ptr not in held and ptr != out._elem.untyped_storage().data_ptr())
+        kept = sum(n for ptr, n in saved.items() if ptr not in held and ptr != out.untyped_storage().data_ptr())
         assert kept > 0
         assert torch.neuron.memory_allocated() - base == kept + out.numel() * 4 + 4  # + output and loss
         loss.backward()

@@ -41,7 +41,7 @@ class _Registry:
     target: Target
     device_count: int
     bus: EventBus = field(default_factory=EventBus)
-    memory: object = None
+    memory: object = None  # the emulator's MemoryTracker (None on the real backend)
     compile_log: list = field(default_factory=list)  # one dict per graph compile (compile mode)
     registered: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -119,10 +119,8 @@ def register() -> _Registry:
         if reg.registered:
             return reg
         if reg.backend == "emulated":
-            from neuron_studio.device.emulator.memory import MemoryTracker
             from neuron_studio.device.emulator.registration import register_emulator
 
-            reg.memory = MemoryTracker.for_devices(reg.device_count)
             register_emulator(reg)
         else:
             from neuron_studio.device.real import register_real

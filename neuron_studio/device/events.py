@@ -1,20 +1,23 @@
 """OpEvents: what the device tells the profiler about every op it executed.
 
 The device publishes; subscribers (the profiler's capture) drain. When nobody is subscribed, the device
-checks one attribute and records nothing, so the emulator pays no recording cost outside a profile.
+checks one flag and records nothing, so the emulator pays no recording cost outside a profile. A device that
+records natively (the emulator's C++ recorder) is the bus's `EventSource`: it keeps its rows until a
+subscription drains, and the bus turns them into OpEvents then.
 """
 from __future__ import annotations
 
 import collections
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Protocol
 
 __all__ = [
     "OpEvent",
     "StorageIds",
     "Subscription",
     "EventBus",
+    "EventSource",
     "SYNC_ITEM",
     "SYNC_TO_HOST",
     "SYNC_PRINT",
@@ -71,6 +74,7 @@ class OpEvent:
     tags: tuple[str, ...] = field(default=())   # free-form markers, e.g. ("deterministic",)
     reads: tuple[int, ...] | None = None        # storages the op read (opaque ids; None = not recorded)
     writes: tuple[int, ...] | None = None       # storages it wrote: fresh outputs and mutated arguments
+    input_strides: tuple[tuple[int, ...], ...] | None = None  # strides of the input tensors (None = not recorded)
 
     @property
     def duration_ns(self) -> int:
@@ -97,6 +101,22 @@ class StorageIds:
         return self._last
 
 
+class EventSource(Protocol):
+    """A device that records op events itself (in native code) and hands them over when asked."""
+
+    def configure(self, active: bool, want_source: bool, capacity: int) -> None:
+        """Record (or stop and forget what was recorded) with source lines or not, keeping the newest `capacity`."""
+
+    def take(self) -> tuple[list[OpEvent], int]:
+        """The events recorded since the last call, oldest first, and how many were dropped meanwhile."""
+
+    def last_seq(self) -> int:
+        """Sequence number of the last op recorded."""
+
+    def set_graph(self, graph: int) -> None:
+        """The compiled-graph launch the ops run in from now on (-1: none)."""
+
+
 class Subscription:
     """A bounded FIFO of OpEvents for one consumer. When full, the oldest events are dropped and counted."""
 
@@ -117,14 +137,17 @@ class Subscription:
 
     def drain(self) -> list[OpEvent]:
         """Return and forget the events received so far, oldest first."""
+        self._bus.pull()
         out = list(self._events)
         self._events.clear()
         return out
 
     def __len__(self) -> int:
+        self._bus.pull()
         return len(self._events)
 
     def __iter__(self) -> Iterator[OpEvent]:
+        self._bus.pull()
         return iter(list(self._events))
 
     def close(self) -> None:
@@ -142,12 +165,13 @@ class Subscription:
 class EventBus:
     """Fan-out of OpEvents to subscriptions. `active` is the one flag the device checks per op."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, source: EventSource | None = None) -> None:
+        self._lock = threading.RLock()
         self._subs: tuple[Subscription, ...] = ()
+        self._source = source
         self.active = False
         self.want_source = False
-        self.current_graph = -1  # set by the compile backend while a compiled graph runs
+        self._graph = -1
         self._seq = 0
         self._graph_launches = 0
         self.record_errors = 0  # ops whose event could not be built (counted, never raised)
@@ -160,6 +184,22 @@ class EventBus:
         """Name op sources from now on with `namer(file, line)` (the notebook session registers its cells)."""
         self.source_namer = namer
 
+    def attach(self, source: EventSource) -> None:
+        """Let `source` record this bus's events (the emulator's native recorder)."""
+        self._source = source
+        self._refresh()
+
+    @property
+    def current_graph(self) -> int:
+        """The compiled-graph launch running now (-1: none); set by the compile backend around a launch."""
+        return self._graph
+
+    @current_graph.setter
+    def current_graph(self, graph: int) -> None:
+        self._graph = graph
+        if self._source is not None:
+            self._source.set_graph(graph)
+
     def next_seq(self) -> int:
         self._seq += 1
         return self._seq
@@ -171,24 +211,40 @@ class EventBus:
 
     @property
     def last_seq(self) -> int:
-        """Sequence number of the last op executed (recorded or not); capture uses it to bracket regions."""
-        return self._seq
+        """Sequence number of the last op recorded; capture uses it to bracket regions."""
+        return self._source.last_seq() if self._source is not None else self._seq
 
     def subscribe(self, capacity: int = 1_000_000, with_source: bool = False) -> Subscription:
         sub = Subscription(self, capacity, with_source)
         with self._lock:
+            self.pull()  # what was recorded so far belongs to the subscriptions already there
             self._subs = self._subs + (sub,)
             self._refresh()
         return sub
 
     def _remove(self, sub: Subscription) -> None:
         with self._lock:
+            self.pull()
             self._subs = tuple(s for s in self._subs if s is not sub)
             self._refresh()
 
     def _refresh(self) -> None:
         self.active = bool(self._subs)
         self.want_source = any(s.with_source for s in self._subs)
+        if self._source is not None:
+            capacity = max((s.capacity for s in self._subs), default=1)
+            self._source.configure(self.active, self.want_source, capacity)
+
+    def pull(self) -> None:
+        """Hand what the native recorder holds to the subscriptions (a no-op without a source)."""
+        if self._source is None or not self._subs:
+            return
+        with self._lock:
+            events, dropped = self._source.take()
+            for sub in self._subs:
+                sub.dropped += dropped
+                for e in events:
+                    sub._push(e)
 
     def publish(self, event: OpEvent) -> None:
         for sub in self._subs:

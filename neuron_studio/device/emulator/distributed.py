@@ -1,28 +1,22 @@
 """`torch.distributed` on the emulated `neuron` device: gloo underneath, one process per NeuronCore.
 
 How it works. Collectives reach the device as `c10d::*` dispatcher ops (`c10d::allreduce_`,
-`c10d::_allgather_base_`, ...) whose tensor arguments are `NeuronTensor`s; the wrapper subclass sees them
-in `__torch_dispatch__` like any aten op. The emulator unwraps one level of tensor lists itself; this module
-registers, for every `c10d::` op, an implementation (through the emulator's `SPECIAL_OPS` table) that also
-unwraps the nested lists (`Tensor[][]` of `allgather_`) and calls the same op on the CPU tensors, where gloo
-does the work. `_elem` shares storage with its wrapper, so in-place collectives update the neuron tensors.
-
-`install()` also makes `init_process_group(backend="gloo")` and `init_process_group()` (no backend: the
-accelerator is `neuron`) map the `neuron` device type to gloo, so `pg._get_backend(torch.device("neuron"))`
-and FSDP2's device checks work.
+`c10d::_allgather_base_`, ...). The device's C++ kernel runs them as on CPU: on CPU aliases of the neuron
+tensors' bytes, with the process group's CPU backend (gloo), so in-place collectives update the neuron tensors.
+`install()` maps the `neuron` device type to gloo, so `init_process_group(backend="gloo")`, `pg._get_backend(
+torch.device("neuron"))` and FSDP2's device checks work; a group made for the accelerator only
+(`init_process_group()` with no backend) lends its gloo backend to CPU the first time a collective runs.
 
 Recording. Each collective is one OpEvent named after the op ("c10d::allreduce_") on the rank that ran it.
 `collective_fields` gives the extra fields the event should carry: `transfer_bytes` (the message size,
 NCCL-tests' "size": the reduced tensor for all-reduce, the gathered output for all-gather, the input for
-reduce-scatter), the tag "collective" and tags "group=<name>", "world=<n>", "rank=<r>". The emulator's
-recorder applies them when it has the `RECORD_EXTRA` hook (see `install`); without it the event still
-appears (its bytes then come from the op's shapes).
+reduce-scatter), the tag "collective" and tags "group=<name>", "world=<n>", "rank=<r>".
 """
 from __future__ import annotations
 
 import os
 import threading
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -94,30 +88,6 @@ def collective_fields(func: Any, uargs: tuple, kwargs: dict, out: Any) -> dict[s
         except Exception:  # noqa: BLE001
             pass
     return {"transfer_bytes": message_bytes(name, tuple(uargs)), "tags": tuple(tags)}
-
-
-def _unwrap_deep(a: Any) -> Any:
-    from neuron_studio.device.emulator.tensor import NeuronTensor
-
-    if type(a) is NeuronTensor:
-        return a._elem
-    if isinstance(a, list):
-        return [_unwrap_deep(x) for x in a]
-    if isinstance(a, tuple):
-        return tuple(_unwrap_deep(x) for x in a)
-    if isinstance(a, torch.Tensor) and a.device.type == "neuron":  # a wrapper seen during tracing
-        return a.to("cpu")
-    return a
-
-
-def _impl_for(op: Any) -> Callable[..., Any]:
-    def run(*args: Any, **kwargs: Any) -> Any:
-        args = tuple(_unwrap_deep(a) for a in args)
-        kwargs = {k: _unwrap_deep(v) for k, v in kwargs.items()}
-        return op(*args, **kwargs)
-
-    run.__name__ = f"neuron_{op._schema.name.split('::')[-1]}"
-    return run
 
 
 def _c10d_ops() -> list[Any]:
@@ -194,15 +164,12 @@ class Event:
         return ((end._t or 0.0) - (self._t or 0.0)) * 1000.0
 
 
-_DEFAULT_STREAM = Stream()
-
-
 def current_stream(device: Any = None) -> Stream:
-    return _DEFAULT_STREAM
+    return Stream(device)
 
 
 def default_stream(device: Any = None) -> Stream:
-    return _DEFAULT_STREAM
+    return Stream(device)
 
 
 class _StreamContext:
@@ -218,20 +185,6 @@ class _StreamContext:
 
 def stream(s: Stream | None) -> _StreamContext:
     return _StreamContext(s)
-
-
-_STREAM_API = {"Stream": Stream, "Event": Event, "current_stream": current_stream,
-               "default_stream": default_stream, "stream": stream}
-
-
-def _add_stream_api() -> None:
-    """Give the device module (`torch.neuron`) the stream/event API FSDP2 needs, where it has none."""
-    mod = getattr(torch, "neuron", None)
-    if mod is None:
-        return
-    for name, obj in _STREAM_API.items():
-        if not hasattr(mod, name):
-            setattr(mod, name, obj)
 
 
 def _map_backend() -> None:
@@ -256,17 +209,11 @@ def install() -> bool:
 
         importlib.import_module("torch.distributed")  # registers the c10d ops with the dispatcher
 
-        from neuron_studio.device.emulator import attention, tensor
+        from neuron_studio.device.emulator.op_events import RECORD_EXTRA
 
-        ops = _c10d_ops()
-        for op in ops:
-            attention.SPECIAL_OPS.setdefault(op, _impl_for(op))
-        hook = getattr(tensor, "RECORD_EXTRA", None)
-        if isinstance(hook, dict):
-            for op in ops:
-                hook.setdefault(op, collective_fields)
+        for op in _c10d_ops():
+            RECORD_EXTRA.setdefault(op, collective_fields)
         _map_backend()
-        _add_stream_api()
         _INSTALLED = True
         return True
 

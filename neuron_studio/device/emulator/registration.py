@@ -1,110 +1,91 @@
 """Register the emulated `neuron` device with PyTorch (PrivateUse1), once per process.
 
-This is the only place that changes torch's global state, and it runs only from
-`neuron_studio.device.register()` (i.e. `import neuron_studio`), never from `import torch`.
+The device itself is C++ (csrc/: allocators, guard, hooks, generator, the kernel that runs CPU kernels on the
+same bytes, the op-event recorder), loaded from the extension built with the package. This module is the
+only place that changes torch's global state, and it runs only from `neuron_studio.device.register()` (i.e.
+`import neuron_studio`), never from `import torch`. What stays Python is what rests on Python data or is
+TorchNeuron's policy: the channels_last error (its message from the op-coverage file), the autocast op
+lists, CPU kernels for the fused RNN cells, and the host-visible events (printing, tolist).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 from typing import Any
 
 import torch
 
-from neuron_studio.device.emulator import runtime, tensor
-from neuron_studio.device.emulator.device_ordinals import check_index
-from neuron_studio.device.emulator.storage import host_storage, resize_device_storage
-from neuron_studio.device.emulator.tensor import NeuronTensor
+from neuron_studio.device.coverage import op_coverage
+from neuron_studio.device.errors import UnsupportedMemoryFormatError
+from neuron_studio.device.emulator import runtime
+from neuron_studio.device.emulator.memory import MemoryTracker
+from neuron_studio.device.emulator.native import load_native
+from neuron_studio.device.emulator.op_events import NativeEventSource, keep_args_ops
 
-__all__ = ["register_emulator"]
+__all__ = ["register_emulator", "unrecorded"]
 
 _LIB: list[torch.library.Library] = []  # keep the registrations alive for the process
+_C: Any = None
+
+# Ops the device must not run as CPU does: pinning is a host-memory property, so a neuron tensor answers as
+# any non-CPU tensor does (is_pinned() False; pin_memory() raises "only dense CPU tensors can be pinned").
+_NOT_AS_ON_CPU = ["aten::is_pinned", "aten::_pin_memory"]
+
+# The recorder's codes for host-visible events (csrc/Module.cpp)
+_SYNC_ITEM = 1
+_SYNC_PRINT = 5
 
 
-class _Hooks(torch._C._acc.PrivateUse1Hooks):
-    def is_available(self) -> bool:
-        return True
+class unrecorded:
+    """Suppress recording for internal ops, which are not ops of the user's program: printing formats a tensor
+    with dozens of ops; the profiler's saved-tensor hook detaches what autograd saves. The ops still run and
+    their memory is counted as usual."""
 
-    def has_primary_context(self, device_index: int) -> bool:
-        return True
+    def __enter__(self) -> None:
+        self.prev = _C.set_quiet(True)
 
-    def is_built(self) -> bool:
-        return True
-
-
-class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):  # noqa: ANN201
-        return torch._C._autograd.DeviceType.PrivateUse1
+    def __exit__(self, *exc: object) -> None:
+        _C.set_quiet(self.prev)
 
 
-def _index_of(device: Any) -> int:
-    if device is None:
-        return runtime.current_device()
-    d = torch.device(device)
-    return check_index(d.index)
+def raise_memory_format(op: str, memory_format: str) -> None:
+    """channels_last on the device is an error in TorchNeuron, not a fallback: say so and what to do instead."""
+    message = op_coverage().memory_format_error(memory_format)
+    if message is not None:
+        raise UnsupportedMemoryFormatError(
+            f"neuron: {op} with memory_format=torch.{memory_format}: {message} "
+            "(TorchNeuron raises here; it is not a CPU fallback). Drop the memory_format argument or use "
+            "torch.contiguous_format on the neuron device; keep channels_last tensors on the CPU"
+        )
 
 
-# -- PrivateUse1 kernels: the ops C++ calls on a neuron device before any neuron tensor exists --------
-def _empty_memory_format(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):  # noqa: ANN001, ANN202
-    if memory_format in (torch.channels_last, torch.channels_last_3d):
-        tensor.raise_memory_format(None, memory_format)
-    elem = torch.empty(size, dtype=dtype, layout=layout, memory_format=memory_format)
-    return NeuronTensor(elem, _index_of(device))
+def _install_host_events() -> None:
+    """Printing a neuron tensor and `tolist()` read it on the host: one event each (a sync point), and the
+    ops they run internally are not the program's."""
+    base_repr = torch.Tensor.__repr__
+    base_tolist = torch.Tensor.tolist
+    if getattr(base_repr, "_neuron_event", False):
+        return
 
+    def __repr__(self, *, tensor_contents=None):  # noqa: ANN001, ANN202
+        if self.device.type != "neuron" or self.is_meta:
+            return base_repr(self, tensor_contents=tensor_contents)
+        with unrecorded():
+            text = base_repr(self, tensor_contents=tensor_contents)
+        _C.record_marker("aten::_print", self, _SYNC_PRINT, self.numel() * self.element_size())
+        return text
 
-def _empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):  # noqa: ANN001, ANN202
-    elem = torch.empty_strided(size, stride, dtype=dtype, layout=layout)
-    return NeuronTensor(elem, _index_of(device))
+    def tolist(self):  # noqa: ANN001, ANN202
+        if self.device.type != "neuron":
+            return base_tolist(self)
+        with unrecorded():
+            out = base_tolist(self)
+        _C.record_marker("aten::tolist", self, _SYNC_ITEM, self.numel() * self.element_size())
+        return out
 
-
-def _inner(t: torch.Tensor) -> torch.Tensor:
-    if type(t) is NeuronTensor:
-        return t._elem
-    if t.device.type == "neuron":
-        # a plain tensor over a neuron storage (storage-level copies): alias the host memory behind it
-        host = host_storage(t.untyped_storage())
-        return torch.empty(0, dtype=t.dtype).set_(host, t.storage_offset(), t.shape, t.stride())
-    return t
-
-
-def _copy_from(self, dst, non_blocking=False):  # noqa: ANN001, ANN202
-    _inner(dst).copy_(_inner(self))
-    return dst
-
-
-def _copy_from_and_resize(self, dst):  # noqa: ANN001, ANN202
-    d = _inner(dst)
-    d.resize_(self.shape)
-    d.copy_(_inner(self))
-    if type(dst) is NeuronTensor:
-        tensor._sync_metadata(dst)
-    return dst
-
-
-_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
-
-
-def _is_pinned(self, device=None):  # noqa: ANN001, ANN202
-    """Host memory is device memory on the emulator: every host tensor counts as pinned for `neuron`.
-
-    So `pin_memory()` returns the tensor itself and `DataLoader(pin_memory=True)` works; other devices
-    keep torch's own answer.
-    """
-    if device is None:
-        acc = torch.accelerator.current_accelerator()
-        is_neuron = acc is not None and acc.type == "neuron"
-    else:
-        is_neuron = torch.device(device).type == "neuron"
-    if is_neuron:
-        return True
-    return torch.ops.aten.is_pinned.default.redispatch(_CPU_KEYS, self, device)
-
-
-def _factory_fallback(op, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-    """Any other op that reaches the PrivateUse1 key holds no neuron tensor: a factory such as
-    `triu_indices(..., device="neuron")`. Run it on the host and place the result on the device."""
-    return NeuronTensor.__torch_dispatch__(op, (), args, kwargs)
+    __repr__._neuron_event = True  # type: ignore[attr-defined]
+    torch.Tensor.__repr__ = __repr__
+    torch.Tensor.tolist = tolist
 
 
 # -- fused RNN cells: ATen's LSTM/GRU take CUDA's fused-cell path on any non-CPU device (is_privateuseone),
@@ -162,26 +143,12 @@ def _fused_gru_cell_backward(grad_hy, workspace, has_bias):  # noqa: ANN001, ANN
     return grad_input, grad_hidden, grad_hy * z, gbi, gbh
 
 
-def _register_kernels() -> None:
-    fallback = torch.library.Library("_", "IMPL")
-    fallback.fallback(_factory_fallback, "PrivateUse1")
-    # quantized factories and copies (quantize_per_tensor(...).to("neuron")) dispatch to this key
-    fallback.fallback(tensor.raise_quantized_unsupported, "QuantizedPrivateUse1")
-    _LIB.append(fallback)
+def _register_python_kernels() -> None:
     lib = torch.library.Library("aten", "IMPL")
-    lib.impl("empty.memory_format", _empty_memory_format, "PrivateUse1")
-    lib.impl("empty_strided", _empty_strided, "PrivateUse1")
-    lib.impl("_copy_from", _copy_from, "PrivateUse1")
-    lib.impl("_copy_from_and_resize", _copy_from_and_resize, "PrivateUse1")
     lib.impl("_thnn_fused_lstm_cell", _fused_lstm_cell, "CPU")
     lib.impl("_thnn_fused_lstm_cell_backward_impl", _fused_lstm_cell_backward, "CPU")
     lib.impl("_thnn_fused_gru_cell", _fused_gru_cell, "CPU")
     lib.impl("_thnn_fused_gru_cell_backward", _fused_gru_cell_backward, "CPU")
-    lib.impl("is_pinned", _is_pinned, "AutogradCPU")
-    from neuron_studio.device.emulator.attention import sdpa_kernel
-
-    # SDPA stays one op on the device (TorchNeuron runs it as its built-in NKI kernel)
-    lib.impl("scaled_dot_product_attention", sdpa_kernel, "AutogradPrivateUse1")
     _LIB.append(lib)
     _register_autocast()
 
@@ -274,61 +241,31 @@ def _package_dirs(root: str, subpackages: tuple[str, ...]) -> list[str]:
     return dirs
 
 
-def _route_storage_resize() -> None:
-    """`storage.resize_` of a neuron tensor's storage (FSDP2's free/re-gather of unsharded parameters) resizes
-    the CPU storage behind it and is counted by the allocator; every other storage resizes as before."""
-    base = torch._C.StorageBase.resize_
-    if getattr(torch.UntypedStorage.__dict__.get("resize_"), "_neuron_route", False):
-        return
-
-    def resize_(self, size):  # noqa: ANN001, ANN202
-        if getattr(self, "_neuron_host", None) is None:
-            return base(self, size)
-        return resize_device_storage(self, size, runtime._reg().memory)
-
-    resize_._neuron_route = True  # type: ignore[attr-defined]
-    torch.UntypedStorage.resize_ = resize_
-
-
-def _guard_storage_allocation() -> None:
-    """`torch.UntypedStorage(n, device="neuron")` (and `storage.clone()` on neuron) asks torch's C++ allocator
-    for the device, which a Python-only backend cannot register: it would crash the process. Raise instead."""
-    new = torch.UntypedStorage.__new__
-
-    def __new__(cls, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202, N807
-        device = kwargs.get("device")
-        if device is not None and torch.device(device).type == "neuron":
-            raise RuntimeError(
-                "neuron: allocating a storage directly on the emulated device (torch.UntypedStorage(..., "
-                "device='neuron'), storage.clone()) is not supported; allocate tensors instead (torch.empty(..., "
-                "device='neuron')), or copy the storage on the CPU (storage.cpu())"
-            )
-        return new(cls, *args, **kwargs)
-
-    torch.UntypedStorage.__new__ = __new__
-
-
 def register_emulator(registry: Any) -> None:
     """Make `neuron` a PyTorch device backed by the emulator. Idempotent only through the registry."""
-    runtime.bind(registry)
+    global _C
     torch.utils.rename_privateuse1_backend("neuron")
-    tensor.configure(registry.bus, registry.memory, registry.device_count, _skip_dirs())
-    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    _C = load_native()
+    runtime.bind(registry, _C)
     torch._register_device_module("neuron", runtime)
-    torch._C._acc.register_python_privateuseone_hook(_Hooks())
-    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
-    _register_kernels()
+    from neuron_studio.device.emulator import distributed
+
+    distributed.install()  # the c10d ops exist before the device registers its kernels for them
+    _C._register(registry.device_count, registry.target.hbm_bytes_per_logical_core, _NOT_AS_ON_CPU)
+    torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
+    registry.memory = MemoryTracker(_C, registry.device_count)
+    _register_python_kernels()
     from neuron_studio.device.emulator.attention import register_attention_flops
 
     register_attention_flops()
-    from neuron_studio.device.emulator import dynamo_skip
+    _C.set_keep_args_ops(keep_args_ops())
+    _C.set_skip_dirs(list(_skip_dirs()))
+    _C.set_memory_format_policy(raise_memory_format)
+    registry.bus.attach(NativeEventSource(_C, registry.bus))
+    _install_host_events()
+    from neuron_studio.device.emulator.inductor import register_inductor_backend
 
-    dynamo_skip.skip_emulator_frames_in_dynamo([tensor, runtime, sys.modules[__name__]])
-    from neuron_studio.device.emulator import distributed
+    register_inductor_backend()
+    from neuron_studio.device.emulator.lazy import keep_moved_lazy_parameters_lazy
 
-    distributed.install()
-    from neuron_studio.device.emulator.lazy import install_lazy_parameters
-
-    install_lazy_parameters()
-    _guard_storage_allocation()
-    _route_storage_resize()
+    keep_moved_lazy_parameters_lazy()

@@ -1,39 +1,36 @@
-"""`torch.neuron` on the emulator: the same functions TorchNeuron's device module offers.
+"""`torch.neuron` on the emulator: the functions TorchNeuron's device module offers, over the C++ runtime.
 
-Random numbers: the emulator draws from the CPU generator, so `torch.manual_seed(s)` gives the same
-stream on `neuron` as on CPU; the seed functions here therefore only validate and delegate to the CPU
-generator (never back to `torch.manual_seed`, which calls them and would recurse).
+Random numbers: the device's random ops run CPU kernels on the CPU generator, so `torch.manual_seed(s)` gives
+the same stream on `neuron` as on CPU; the seed functions here therefore delegate to the CPU generator (never
+back to `torch.manual_seed`, which calls them and would recurse). `torch.Generator("neuron")` is a generator of
+its own, drawing what a CPU generator with the same seed draws.
 """
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from neuron_studio.device import events as ev
-from neuron_studio.device.emulator.device_ordinals import check_index, current_device, set_current_device
+from neuron_studio.device.emulator.distributed import Event, Stream, current_stream, default_stream, stream
 
 __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device", "synchronize",
-    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state",
-    "memory_allocated", "max_memory_allocated", "memory_reserved", "max_memory_reserved", "memory_stats",
-    "reset_peak_memory_stats", "empty_cache", "get_device_properties", "get_device_name",
-    "get_amp_supported_dtype", "is_bf16_supported", "device", "DeviceProperties",
+    "synchronize_for_timing", "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed",
+    "get_rng_state", "set_rng_state", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "max_memory_reserved", "memory_stats", "reset_peak_memory_stats", "empty_cache", "get_device_properties",
+    "get_device_name", "get_amp_supported_dtype", "is_bf16_supported", "device", "DeviceProperties",
+    "Stream", "Event", "current_stream", "default_stream", "stream",
 ]
 
 _registry = None  # the device registry (neuron_studio.device._Registry), bound by bind()
+_C: Any = None  # the C++ extension, bound by bind()
 
 
-def bind(registry: Any) -> None:
-    global _registry
+def bind(registry: Any, native: Any) -> None:
+    global _registry, _C
     _registry = registry
-
-
-def _reg():  # noqa: ANN202
-    return _registry
+    _C = native
 
 
 def is_available() -> bool:
@@ -53,24 +50,26 @@ def _lazy_init() -> None:
 
 
 def device_count() -> int:
-    return _reg().device_count
+    return _C.device_count()
+
+
+def current_device() -> int:
+    return _C.current_device()
 
 
 def _index(device: Any) -> int:
     if device is None:
-        return current_device()
+        return _C.current_device()
     if isinstance(device, int):
-        idx = device
-    else:
-        d = torch.device(device)
-        if d.type != "neuron":
-            raise ValueError(f"expected a neuron device, got {d}")
-        idx = d.index if d.index is not None else current_device()
-    return check_index(idx)
+        return _C.check_index(device)
+    d = torch.device(device)
+    if d.type != "neuron":
+        raise ValueError(f"expected a neuron device, got {d}")
+    return _C.check_index(-1 if d.index is None else d.index)
 
 
 def set_device(device: Any) -> None:
-    set_current_device(_index(device))
+    _C.set_device(_index(device))
 
 
 class device:
@@ -80,34 +79,21 @@ class device:
         self.idx = _index(device)
 
     def __enter__(self) -> None:
-        self.prev = current_device()
-        set_current_device(self.idx)
+        self.prev = _C.current_device()
+        _C.set_device(self.idx)
 
     def __exit__(self, *exc: object) -> None:
-        set_current_device(self.prev)
+        _C.set_device(self.prev)
 
 
 def synchronize(device: Any = None) -> None:
     """Execution is synchronous on the emulator; the call is recorded as a sync point for the model."""
-    _record_sync(_index(device), ())
+    _C.synchronize(_index(device), False)
 
 
 def synchronize_for_timing(device: Any = None) -> None:
     """The profiler's own end-of-run sync: modeled like any sync, but not reported as the user's sync point."""
-    _record_sync(_index(device), (ev.TAG_TIMING_SYNC,))
-
-
-def _record_sync(idx: int, tags: tuple[str, ...]) -> None:
-    bus = _reg().bus
-    if bus.active:
-        now = time.perf_counter_ns()
-        bus.publish(
-            ev.OpEvent(
-                seq=bus.next_seq(), name="neuron::synchronize", overload="default", start_ns=now, end_ns=now,
-                thread=threading.get_ident(), device_index=idx, input_shapes=(), input_dtypes=(),
-                output_shapes=(), output_dtypes=(), sync=ev.SYNC_EXPLICIT, graph=bus.current_graph, tags=tags,
-            )
-        )
+    _C.synchronize(_index(device), True)
 
 
 # -- RNG: the CPU generator serves the emulated device -------------------------------------------
@@ -141,11 +127,11 @@ def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
 
 # -- memory ----------------------------------------------------------------------------------------
 def memory_allocated(device: Any = None) -> int:
-    return _reg().memory.device_memory(_index(device)).allocated
+    return _C.memory_stats(_index(device))[0]
 
 
 def max_memory_allocated(device: Any = None) -> int:
-    return _reg().memory.device_memory(_index(device)).peak
+    return _C.memory_stats(_index(device))[1]
 
 
 memory_reserved = memory_allocated
@@ -153,19 +139,19 @@ max_memory_reserved = max_memory_allocated
 
 
 def reset_peak_memory_stats(device: Any = None) -> None:
-    _reg().memory.reset_peak(_index(device))
+    _C.reset_peak(_index(device))
 
 
 def memory_stats(device: Any = None) -> dict[str, int]:
-    d = _reg().memory.device_memory(_index(device))
+    allocated, peak, num_allocs, num_frees = _C.memory_stats(_index(device))
     return {
-        "allocated_bytes.all.current": d.allocated,
-        "allocated_bytes.all.peak": d.peak,
-        "reserved_bytes.all.current": d.allocated,
-        "reserved_bytes.all.peak": d.peak,
+        "allocated_bytes.all.current": allocated,
+        "allocated_bytes.all.peak": peak,
+        "reserved_bytes.all.current": allocated,
+        "reserved_bytes.all.peak": peak,
         "num_alloc_retries": 0,
-        "num_allocs": d.num_allocs,
-        "num_frees": d.num_frees,
+        "num_allocs": num_allocs,
+        "num_frees": num_frees,
     }
 
 
@@ -185,7 +171,7 @@ class DeviceProperties:
 
 def get_device_properties(device: Any = None) -> DeviceProperties:
     _index(device)
-    t = _reg().target
+    t = _registry.target
     return DeviceProperties(
         name=f"{t.chip_name} logical NeuronCore (emulated)",
         total_memory=t.hbm_bytes_per_logical_core,

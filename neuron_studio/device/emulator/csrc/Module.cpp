@@ -1,0 +1,453 @@
+// Python bindings of the emulated device (`neuron_studio.device.emulator._C`) and the op-event recorder.
+//
+// The recorder keeps one row per op (name, shapes, strides, dtypes, storages read/written, timing, sync and
+// transfer codes, tags) in a bounded buffer while a subscriber listens; with `want_source` it also notes the
+// innermost Python frame outside torch and the studio (code object + line). Python turns the rows into
+// OpEvents when a subscription drains (neuron_studio/device/events.py).
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include <pthread.h>
+#include <time.h>
+
+#include "Neuron.h"
+
+namespace neuron {
+
+void register_runtime(int count, int64_t total_memory);                                  // NeuronRuntime.cpp
+std::vector<std::string> register_direct_kernels(const std::vector<std::string>& exclude);  // NeuronKernels.cpp
+extern std::function<void(const std::string&, c10::MemoryFormat)> g_memory_format_policy;
+
+// -- clocks and threads -----------------------------------------------------------------------------------------
+int64_t now_ns() {
+  struct timespec ts;
+#if defined(__APPLE__)
+  clock_gettime(CLOCK_UPTIME_RAW, &ts);  // what time.perf_counter_ns reads on macOS
+#else
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // what time.perf_counter_ns reads on Linux
+#endif
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+uint64_t thread_ident() { return reinterpret_cast<uint64_t>(reinterpret_cast<void*>(pthread_self())); }
+
+// -- recorder state ---------------------------------------------------------------------------------------------
+std::atomic<bool> g_recording{false};
+namespace {
+std::atomic<bool> g_want_source{false};
+std::atomic<int64_t> g_seq{0};
+std::atomic<int64_t> g_graph{-1};
+thread_local bool tl_quiet = false;
+
+struct Row {
+  int64_t seq = 0, t0 = 0, t1 = 0, graph = -1, transfer_bytes = 0;
+  uint64_t thread = 0;
+  int device = 0;
+  const OpInfo* op = nullptr;
+  const char* marker = nullptr;
+  int8_t sync = 0, transfer = 0;
+  uint16_t n_in = 0, n_out = 0;
+  std::vector<int64_t> dims;  // per tensor: ndim, sizes..., strides...
+  std::vector<int8_t> dtypes;
+  std::vector<int64_t> reads, writes;
+  std::vector<std::string> tags;
+  c10::IValue args, outs;
+  PyObject* code = nullptr;  // a strong reference, released under the GIL
+  int line = 0;
+};
+
+std::mutex g_rows_mutex;
+std::deque<Row> g_rows;
+size_t g_capacity = 1;
+int64_t g_dropped = 0;
+std::vector<PyObject*> g_release;  // code objects of dropped rows, released under the GIL
+
+std::vector<std::string> g_skip_dirs;
+std::unordered_map<PyObject*, bool> g_skip_code;  // code object -> not user code (GIL held)
+
+bool skip_code(PyCodeObject* code) {
+  auto* key = reinterpret_cast<PyObject*>(code);
+  auto it = g_skip_code.find(key);
+  if (it != g_skip_code.end()) return it->second;
+  bool skip = true;
+  PyObject* fn = code->co_filename;
+  const char* name = fn != nullptr ? PyUnicode_AsUTF8(fn) : nullptr;
+  if (name != nullptr) {
+    std::string s(name);
+    skip = s.find("<frozen") != std::string::npos;
+    for (const auto& d : g_skip_dirs)
+      if (s.rfind(d, 0) == 0) skip = true;
+  } else {
+    PyErr_Clear();
+  }
+  Py_INCREF(key);  // the cache keeps the code object (and so its address) alive
+  g_skip_code.emplace(key, skip);
+  return skip;
+}
+
+void note_source(Row& row) {
+  if (!Py_IsInitialized()) return;
+  PyGILState_STATE st = PyGILState_Ensure();
+  PyFrameObject* f = PyEval_GetFrame();
+  Py_XINCREF(f);
+  while (f != nullptr) {
+    PyCodeObject* code = PyFrame_GetCode(f);
+    if (!skip_code(code)) {
+      row.code = reinterpret_cast<PyObject*>(code);
+      row.line = PyFrame_GetLineNumber(f);
+      Py_DECREF(f);
+      break;
+    }
+    Py_DECREF(code);
+    PyFrameObject* back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+  }
+  PyGILState_Release(st);
+}
+
+void describe(Row& row, const at::Tensor& t) {
+  row.dims.push_back(t.dim());
+  for (auto s : t.sizes()) row.dims.push_back(s);
+  for (auto s : t.strides()) row.dims.push_back(s);
+  row.dtypes.push_back(static_cast<int8_t>(t.scalar_type()));
+}
+
+void push(Row&& row) {
+  std::lock_guard<std::mutex> g(g_rows_mutex);
+  if (!g_recording.load(std::memory_order_relaxed)) {
+    if (row.code != nullptr) g_release.push_back(row.code);
+    return;
+  }
+  while (g_rows.size() >= g_capacity) {
+    if (g_rows.front().code != nullptr) g_release.push_back(g_rows.front().code);
+    g_rows.pop_front();
+    ++g_dropped;
+  }
+  g_rows.push_back(std::move(row));
+}
+}  // namespace
+
+bool quiet() { return tl_quiet; }
+void set_quiet(bool q) { tl_quiet = q; }
+int64_t next_seq() { return ++g_seq; }
+int64_t last_seq() { return g_seq.load(std::memory_order_relaxed); }
+void set_current_graph(int64_t graph) { g_graph = graph; }
+int64_t current_graph() { return g_graph.load(std::memory_order_relaxed); }
+
+void record(RecordedOp&& r) {
+  Row row;
+  row.op = r.op;
+  row.marker = r.marker;
+  row.t0 = r.t0;
+  row.t1 = r.t1;
+  row.device = r.device;
+  row.sync = r.sync;
+  row.transfer = r.transfer;
+  row.transfer_bytes = r.transfer_bytes;
+  row.thread = thread_ident();
+  row.graph = current_graph();
+  row.n_in = static_cast<uint16_t>(r.inputs.size());
+  row.n_out = static_cast<uint16_t>(r.outputs.size());
+  for (const auto& t : r.inputs) describe(row, t);
+  for (const auto& t : r.outputs) describe(row, t);
+  row.reads = std::move(r.reads);
+  row.writes = std::move(r.writes);
+  row.tags = std::move(r.tags);
+  row.args = std::move(r.args);
+  row.outs = std::move(r.outs);
+  if (g_want_source.load(std::memory_order_relaxed)) note_source(row);
+  row.seq = next_seq();
+  push(std::move(row));
+}
+
+void record_sync(c10::DeviceIndex device, bool timing) {
+  if (!g_recording.load(std::memory_order_relaxed) || tl_quiet) return;
+  RecordedOp r;
+  r.marker = "neuron::synchronize";
+  r.t0 = r.t1 = now_ns();
+  r.device = device;
+  r.sync = 4;
+  if (timing) r.tags.emplace_back("timing_sync");
+  record(std::move(r));
+}
+
+void ensure_cpu_backend(const c10::IValue& v) {
+  // The c10d ops run on CPU aliases, so the group's CPU backend does the work: a group made for the
+  // accelerator only (init_process_group() with no backend) gets the neuron device's backend (gloo) for CPU.
+  try {
+    auto pg = v.toCustomClass<c10d::ProcessGroup>();
+    if (!pg->hasBackendForDeviceType(c10::DeviceType::CPU) && pg->hasBackendForDeviceType(kNeuron)) {
+      pg->setBackend(c10::DeviceType::CPU, pg->getBackendType(), pg->getBackend(kNeuron));
+    }
+  } catch (const c10::Error&) {
+  }
+}
+
+namespace {
+// -- Python conversions ---------------------------------------------------------------------------------------------
+// ScalarType -> "float32"; Python objects held for the process (never destroyed after the interpreter is gone)
+std::vector<py::object>& g_dtype_names = *new std::vector<py::object>();
+const char* kSyncNames[] = {nullptr, "item", "to_host", "data_dependent", "synchronize", "print"};
+const char* kTransferNames[] = {nullptr, "h2d", "d2h"};
+
+py::object dtype_name(int8_t st) {
+  if (st >= 0 && static_cast<size_t>(st) < g_dtype_names.size() && g_dtype_names[st]) return g_dtype_names[st];
+  return py::str("unknown");
+}
+
+py::object name_of(const OpInfo* op, bool overload) {
+  auto*& slot = overload ? const_cast<OpInfo*>(op)->py_overload : const_cast<OpInfo*>(op)->py_name;
+  if (slot == nullptr) {
+    PyObject* s = PyUnicode_FromString(overload ? op->overload.c_str() : op->name.c_str());
+    PyUnicode_InternInPlace(&s);
+    slot = s;  // kept for the process
+  }
+  return py::reinterpret_borrow<py::object>(static_cast<PyObject*>(slot));
+}
+
+PyObject* int_tuple(const int64_t* v, size_t n) {  // new reference
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(n));
+  for (size_t i = 0; i < n; ++i) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(v[i]));
+  return t;
+}
+
+py::tuple int_tuple(const std::vector<int64_t>& v) {
+  return py::reinterpret_steal<py::tuple>(int_tuple(v.data(), v.size()));
+}
+
+PyObject* new_ref(const py::object& o) {
+  Py_INCREF(o.ptr());
+  return o.ptr();
+}
+
+PyObject* new_ref(PyObject* o) {
+  Py_INCREF(o);
+  return o;
+}
+
+// One row as the tuple neuron_studio/device/emulator/op_events.py unpacks (raw C API: this runs per event).
+py::tuple row_tuple(Row& row) {
+  const size_t n = static_cast<size_t>(row.n_in) + row.n_out;
+  PyObject* in_shapes = PyTuple_New(row.n_in);
+  PyObject* in_strides = PyTuple_New(row.n_in);
+  PyObject* in_dtypes = PyTuple_New(row.n_in);
+  PyObject* out_shapes = PyTuple_New(row.n_out);
+  PyObject* out_dtypes = PyTuple_New(row.n_out);
+  size_t k = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t nd = static_cast<size_t>(row.dims[k++]);
+    PyObject* dt = new_ref(dtype_name(row.dtypes[i]));
+    if (i < row.n_in) {
+      PyTuple_SET_ITEM(in_shapes, i, int_tuple(&row.dims[k], nd));
+      PyTuple_SET_ITEM(in_strides, i, int_tuple(&row.dims[k + nd], nd));
+      PyTuple_SET_ITEM(in_dtypes, i, dt);
+    } else {
+      PyTuple_SET_ITEM(out_shapes, i - row.n_in, int_tuple(&row.dims[k], nd));
+      PyTuple_SET_ITEM(out_dtypes, i - row.n_in, dt);
+    }
+    k += 2 * nd;
+  }
+  PyObject* source = new_ref(Py_None);
+  if (row.code != nullptr) {
+    auto* code = reinterpret_cast<PyCodeObject*>(row.code);
+    Py_DECREF(source);
+    source = PyUnicode_FromFormat("%U:%d", code->co_filename, row.line);
+    Py_DECREF(row.code);
+    row.code = nullptr;
+  }
+  PyObject* tags = PyTuple_New(static_cast<Py_ssize_t>(row.tags.size()));
+  for (size_t i = 0; i < row.tags.size(); ++i)
+    PyTuple_SET_ITEM(tags, i, PyUnicode_FromStringAndSize(row.tags[i].data(), row.tags[i].size()));
+  PyObject* name = row.op != nullptr ? new_ref(name_of(row.op, false)) : PyUnicode_FromString(row.marker);
+  PyObject* overload = row.op != nullptr ? new_ref(name_of(row.op, true)) : PyUnicode_FromString("default");
+  PyObject* args = row.args.isNone() ? new_ref(Py_None) : torch::jit::toPyObject(row.args).release().ptr();
+  PyObject* outs = row.outs.isNone() ? new_ref(Py_None) : torch::jit::toPyObject(row.outs).release().ptr();
+  const bool is_view = row.op != nullptr && row.op->is_view;
+  const bool is_inplace = row.op != nullptr && row.op->is_inplace;
+  auto name_or_none = [](const char* s) { return s == nullptr ? new_ref(Py_None) : PyUnicode_InternFromString(s); };
+  PyObject* t = PyTuple_New(24);
+  PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(row.seq));
+  PyTuple_SET_ITEM(t, 1, name);
+  PyTuple_SET_ITEM(t, 2, overload);
+  PyTuple_SET_ITEM(t, 3, PyLong_FromLongLong(row.t0));
+  PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(row.t1));
+  PyTuple_SET_ITEM(t, 5, PyLong_FromUnsignedLongLong(row.thread));
+  PyTuple_SET_ITEM(t, 6, PyLong_FromLong(row.device));
+  PyTuple_SET_ITEM(t, 7, in_shapes);
+  PyTuple_SET_ITEM(t, 8, in_dtypes);
+  PyTuple_SET_ITEM(t, 9, out_shapes);
+  PyTuple_SET_ITEM(t, 10, out_dtypes);
+  PyTuple_SET_ITEM(t, 11, PyBool_FromLong(is_view));
+  PyTuple_SET_ITEM(t, 12, PyBool_FromLong(is_inplace));
+  PyTuple_SET_ITEM(t, 13, name_or_none(kSyncNames[row.sync]));
+  PyTuple_SET_ITEM(t, 14, name_or_none(kTransferNames[row.transfer]));
+  PyTuple_SET_ITEM(t, 15, PyLong_FromLongLong(row.transfer_bytes));
+  PyTuple_SET_ITEM(t, 16, source);
+  PyTuple_SET_ITEM(t, 17, PyLong_FromLongLong(row.graph));
+  PyTuple_SET_ITEM(t, 18, tags);
+  PyTuple_SET_ITEM(t, 19, int_tuple(row.reads.data(), row.reads.size()));
+  PyTuple_SET_ITEM(t, 20, int_tuple(row.writes.data(), row.writes.size()));
+  PyTuple_SET_ITEM(t, 21, in_strides);
+  PyTuple_SET_ITEM(t, 22, args);
+  PyTuple_SET_ITEM(t, 23, outs);
+  return py::reinterpret_steal<py::tuple>(t);
+}
+
+void release_pending() {  // GIL held
+  std::vector<PyObject*> pending;
+  {
+    std::lock_guard<std::mutex> g(g_rows_mutex);
+    pending.swap(g_release);
+  }
+  for (auto* o : pending) Py_DECREF(o);
+}
+
+py::tuple take_events() {
+  std::deque<Row> rows;
+  int64_t dropped;
+  {
+    std::lock_guard<std::mutex> g(g_rows_mutex);
+    rows.swap(g_rows);
+    dropped = g_dropped;
+    g_dropped = 0;
+  }
+  release_pending();
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows.size()));
+  size_t i = 0;
+  for (auto& r : rows) PyList_SET_ITEM(out, i++, row_tuple(r).release().ptr());
+  return py::make_tuple(py::reinterpret_steal<py::list>(out), dropped);
+}
+
+void set_recording(bool active, bool want_source, int64_t capacity) {
+  {
+    std::lock_guard<std::mutex> g(g_rows_mutex);
+    g_capacity = static_cast<size_t>(std::max<int64_t>(capacity, 1));
+    if (!active) {
+      for (auto& r : g_rows)
+        if (r.code != nullptr) g_release.push_back(r.code);
+      g_rows.clear();
+      g_dropped = 0;
+    }
+    g_want_source = want_source;
+    g_recording = active;
+  }
+  release_pending();
+}
+
+void record_marker(const std::string& name, const at::Tensor& t, int8_t sync, int64_t transfer_bytes) {
+  if (!g_recording.load(std::memory_order_relaxed) || tl_quiet) return;
+  static std::mutex names_mutex;
+  static std::deque<std::string> names;  // markers are few: keep their names for the rows
+  const char* marker;
+  {
+    std::lock_guard<std::mutex> g(names_mutex);
+    auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end()) {
+      names.push_back(name);
+      it = names.end() - 1;
+    }
+    marker = it->c_str();
+  }
+  RecordedOp r;
+  r.marker = marker;
+  r.t0 = r.t1 = now_ns();
+  r.device = t.defined() && t.device().type() == kNeuron ? t.device().index() : current_device();
+  r.sync = sync;
+  r.transfer = 2;
+  r.transfer_bytes = transfer_bytes;
+  if (t.defined()) r.inputs.push_back(t);
+  record(std::move(r));
+}
+
+py::object memory_log_data(int64_t id) {
+  MemoryLogData d = close_memory_log(id);
+  py::list records(d.records.size());
+  size_t i = 0;
+  for (auto& r : d.records) {
+    py::object dtype = py::none();
+    if (r.dtype >= 0)
+      dtype = py::reinterpret_borrow<py::object>(
+          reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(r.dtype))));
+    py::object shape = r.has_shape ? py::object(int_tuple(r.shape)) : py::none();
+    records[i++] = py::make_tuple(r.kind, r.id, static_cast<int>(r.device), r.nbytes, r.time_ns, r.after_seq,
+                                  r.thread, dtype, shape);
+  }
+  py::list baseline;
+  for (auto& b : d.baseline)
+    baseline.append(py::make_tuple(std::get<0>(b), static_cast<int>(std::get<1>(b)), std::get<2>(b)));
+  py::dict renewed;
+  for (auto& p : d.renewed) renewed[py::int_(p.first)] = py::int_(p.second);
+  return py::make_tuple(records, baseline, renewed);
+}
+}  // namespace
+
+}  // namespace neuron
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  using namespace neuron;
+  m.doc() = "The emulated neuron device (PrivateUse1): runtime, kernels and op-event recorder.";
+  m.def("_register", [](int count, int64_t total_memory, const std::vector<std::string>& exclude) {
+    register_runtime(count, total_memory);
+    for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
+      auto st = static_cast<c10::ScalarType>(i);
+      py::object name = py::none();
+      try {
+        py::object dt = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(torch::getTHPDtype(st)));
+        std::string s = py::str(dt);
+        if (s.rfind("torch.", 0) == 0) s = s.substr(6);
+        name = py::str(s);
+      } catch (...) {
+        PyErr_Clear();
+      }
+      g_dtype_names.push_back(name);
+    }
+    return register_direct_kernels(exclude);
+  });
+  m.def("device_count", &device_count);
+  m.def("current_device", []() { return static_cast<int>(current_device()); });
+  m.def("set_device", [](int64_t index) { set_current_device(check_index(index)); });
+  m.def("check_index", [](int64_t index) { return static_cast<int>(check_index(index)); });
+  m.def("synchronize", [](int64_t index, bool timing) { record_sync(check_index(index), timing); });
+  m.def("memory_stats", [](int64_t index) {
+    MemoryStats s = memory_stats(check_index(index));
+    return py::make_tuple(s.allocated, s.peak, s.num_allocs, s.num_frees);
+  });
+  m.def("reset_peak", [](int64_t index) { reset_peak(check_index(index)); });
+  m.def("open_memory_log", &open_memory_log);
+  m.def("close_memory_log", &memory_log_data);
+  m.def("storage_alloc_id", [](const at::Tensor& t) -> py::object {
+    if (!t.defined() || !t.has_storage()) return py::none();
+    HostBlock* b = block_of(t.storage().unsafeGetStorageImpl());
+    if (b == nullptr || b->nbytes == 0) return py::none();
+    return py::int_(b->id);
+  });
+  m.def("set_recording", &set_recording);
+  m.def("take_events", &take_events);
+  m.def("set_quiet", [](bool q) {
+    bool prev = quiet();
+    set_quiet(q);
+    return prev;
+  });
+  m.def("record_marker", &record_marker);
+  m.def("set_current_graph", &set_current_graph);
+  m.def("current_graph", &current_graph);
+  m.def("last_seq", &last_seq);
+  m.def("set_skip_dirs", [](const std::vector<std::string>& dirs) { g_skip_dirs = dirs; });
+  m.def("set_keep_args_ops", &set_keep_args_ops);
+  m.def("set_memory_format_policy", [](py::object fn) {
+    auto* holder = new py::object(std::move(fn));  // held for the process (see g_dtype_names)
+    g_memory_format_policy = [holder](const std::string& op, c10::MemoryFormat mf) {
+      py::gil_scoped_acquire gil;
+      const char* name = mf == c10::MemoryFormat::ChannelsLast ? "channels_last" : "channels_last_3d";
+      (*holder)(op, name);  // raises the studio's typed error when TorchNeuron rejects the format
+    };
+  });
+}
