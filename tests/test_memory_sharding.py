@@ -33,6 +33,7 @@ def test_a_storage_resized_to_zero_is_freed_and_resized_back_is_allocated_once()
         assert torch.neuron.memory_allocated() == base + 4000
         st = t.untyped_storage().resize_(0)
         assert st.nbytes() == 0 and st.device.type == "neuron"
+        del st  # a storage object owns its memory, as on any device
         assert torch.neuron.memory_allocated() == base  # a resize to 0 is a free
         alias = t.detach()  # a tensor made while the storage holds nothing still owns it
         del t
@@ -51,7 +52,8 @@ def test_a_storage_resized_to_zero_is_freed_and_resized_back_is_allocated_once()
         gc.collect()
         cap.step()
     assert torch.neuron.memory_allocated() == base
-    assert torch.neuron.max_memory_allocated() == base + 8040  # the 8000-byte storage and the 40-byte product
+    # growing the storage from 4000 to 8000 bytes holds both while it copies (as CUDA's resize does)
+    assert torch.neuron.max_memory_allocated() == base + 12000
     prof = cap.profile
     assert prof.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated()
     tl = prof.memory_timeline()
@@ -88,7 +90,9 @@ def test_an_op_that_resizes_a_tensor_moves_its_count() -> None:
         gc.collect()
         cap.step()
     assert torch.neuron.memory_allocated() == base
-    assert cap.profile.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated() == base + 28000
+    # growing a storage allocates its new bytes before the old ones are freed (the copy needs both), as CUDA's
+    # resize does: the peak is a (4000) + the old x (20000) + the grown x (24000)
+    assert cap.profile.memory_peak().attrs["peak_bytes"] == torch.neuron.max_memory_allocated() == base + 48000
 
 
 @pytest.fixture

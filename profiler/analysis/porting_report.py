@@ -77,8 +77,10 @@ def porting_report(prof: Any) -> PortingReport:
     else:
         items.append(CheckItem("ok", "dynamic_shapes", "no data-dependent shapes or recompiles"))
     dtypes = set()
-    for s in prof.trace.ops["input_dtypes"].dropna():
-        dtypes.update(x for x in str(s).split(",") if x)
+    for col in ("input_dtypes", "output_dtypes"):  # what ops read, and what they make (factories read nothing)
+        if col in prof.trace.ops.columns:
+            for s in prof.trace.ops[col].dropna():
+                dtypes.update(x for x in str(s).split(",") if x)
     bad = sorted(d for d in dtypes if d in _UNSUPPORTED_DTYPES)
     if bad:
         items.append(CheckItem("warning", "dtypes", f"dtypes with caveats on Trainium: {', '.join(bad)}",

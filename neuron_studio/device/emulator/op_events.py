@@ -72,7 +72,9 @@ class NativeEventSource:
             if fallback is None and eager:
                 fallback = coverage.round_trip_cast(name, in_dtypes, out_dtypes)
                 round_trip = fallback is not None
-            found = self._policies[key] = (fallback, round_trip, coverage.cast_tags(in_dtypes))
+            # a factory (no tensor inputs) makes its dtype on the device: its outputs' dtypes are what is cast
+            cast_tags = coverage.cast_tags(in_dtypes if in_dtypes else out_dtypes)
+            found = self._policies[key] = (fallback, round_trip, cast_tags)
         return found
 
     def _op(self, name: str, overload: str) -> Any:

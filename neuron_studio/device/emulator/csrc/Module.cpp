@@ -233,6 +233,20 @@ PyObject* new_ref(PyObject* o) {
   return o;
 }
 
+std::vector<std::string>& g_conversion_errors = *new std::vector<std::string>();
+
+// Kept argument metadata as Python objects; None (no FLOPs, no hook fields) if an argument cannot be converted.
+PyObject* kept_to_python(const c10::IValue& v, const Row& row) {
+  if (v.isNone()) return new_ref(Py_None);
+  try {
+    return torch::jit::toPyObject(v).release().ptr();
+  } catch (const std::exception& e) {
+    if (g_conversion_errors.size() < 32)
+      g_conversion_errors.push_back((row.op != nullptr ? row.op->name : std::string("?")) + ": " + e.what());
+    return new_ref(Py_None);
+  }
+}
+
 // One row as the tuple neuron_studio/device/emulator/op_events.py unpacks (raw C API: this runs per event).
 py::tuple row_tuple(Row& row) {
   const size_t n = static_cast<size_t>(row.n_in) + row.n_out;
@@ -268,8 +282,8 @@ py::tuple row_tuple(Row& row) {
     PyTuple_SET_ITEM(tags, i, PyUnicode_FromStringAndSize(row.tags[i].data(), row.tags[i].size()));
   PyObject* name = row.op != nullptr ? new_ref(name_of(row.op, false)) : PyUnicode_FromString(row.marker);
   PyObject* overload = row.op != nullptr ? new_ref(name_of(row.op, true)) : PyUnicode_FromString("default");
-  PyObject* args = row.args.isNone() ? new_ref(Py_None) : torch::jit::toPyObject(row.args).release().ptr();
-  PyObject* outs = row.outs.isNone() ? new_ref(Py_None) : torch::jit::toPyObject(row.outs).release().ptr();
+  PyObject* args = kept_to_python(row.args, row);
+  PyObject* outs = kept_to_python(row.outs, row);
   const bool is_view = row.op != nullptr && row.op->is_view;
   const bool is_inplace = row.op != nullptr && row.op->is_inplace;
   auto name_or_none = [](const char* s) { return s == nullptr ? new_ref(Py_None) : PyUnicode_InternFromString(s); };
@@ -437,6 +451,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return prev;
   });
   m.def("record_marker", &record_marker);
+  m.def("conversion_errors", []() { return g_conversion_errors; });
   m.def("set_current_graph", &set_current_graph);
   m.def("current_graph", &current_graph);
   m.def("last_seq", &last_seq);

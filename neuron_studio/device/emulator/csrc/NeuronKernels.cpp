@@ -10,6 +10,10 @@
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/SequenceNumber.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <ATen/native/transformers/sdp_utils_cpp.h>
+#include <ATen/ops/_fused_sdp_choice_ops.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -182,7 +186,8 @@ at::Tensor alias_in_call(const at::Tensor& t, Call& c, bool written) {
 }
 
 void note_tensor(const at::Tensor& t, Call& c, bool positional, bool written) {
-  if (!c.record) return;
+  // a Python number passed where the schema takes a Tensor is a value, not an operand (as in Python dispatch)
+  if (!c.record || t.unsafeGetTensorImpl()->is_wrapped_number()) return;
   c.all_tensors.push_back(t);
   if (positional) c.described.push_back(t);
   if (written) c.written_tensors.push_back(t);
@@ -571,7 +576,33 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   dst.resize_(self.sizes());
   return copy_from(self, dst, false);
 }
+
+// SDPA: the kernel CPU would choose (its flash kernel, `_scaled_dot_product_flash_attention_for_cpu`, one op and
+// one backward op, or the math decomposition), so results equal CPU's. TorchNeuron runs its NKI SDPA kernel here.
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p, bool is_causal,
+                         std::optional<double> scale, bool enable_gqa) {
+  if (attn_mask.has_value() && attn_mask->defined() && c10::GradMode::is_enabled() && attn_mask->requires_grad())
+    return static_cast<int64_t>(sdp::SDPBackend::math);
+  // CPU's choice reads metadata only: ask it with meta tensors (also works while torch.compile traces)
+  auto meta = [](const at::Tensor& t) {
+    return at::empty_strided_symint(t.sym_sizes(), t.sym_strides(),
+                                    at::TensorOptions().dtype(t.scalar_type()).device(at::kMeta));
+  };
+  std::optional<at::Tensor> mask;
+  if (attn_mask.has_value() && attn_mask->defined()) mask = meta(*attn_mask);
+  return at::_ops::_fused_sdp_choice::redispatch(c10::DispatchKeySet(c10::DispatchKey::CPU), meta(query), meta(key),
+                                                meta(value), mask, dropout_p, is_causal, scale, enable_gqa);
+}
 }  // namespace
+
+}  // namespace neuron
+
+namespace at::native {
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &neuron::fused_sdp_choice)
+}  // namespace at::native
+
+namespace neuron {
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("empty.memory_format", empty_memory_format);
