@@ -31,6 +31,8 @@ def bind(registry: Any, native: Any) -> None:
     global _registry, _C
     _registry = registry
     _C = native
+    for name in _RNG:
+        globals()[name] = getattr(native, name)
 
 
 def is_available() -> bool:
@@ -97,32 +99,9 @@ def synchronize_for_timing(device: Any = None) -> None:
 
 
 # -- RNG: the CPU generator serves the emulated device -------------------------------------------
-def manual_seed(seed: int) -> None:
-    torch.default_generator.manual_seed(int(seed))
-
-
-def manual_seed_all(seed: int) -> None:
-    torch.default_generator.manual_seed(int(seed))
-
-
-def seed() -> None:
-    torch.default_generator.seed()
-
-
-def seed_all() -> None:
-    torch.default_generator.seed()
-
-
-def initial_seed() -> int:
-    return torch.default_generator.initial_seed()
-
-
-def get_rng_state(device: Any = None) -> torch.Tensor:
-    return torch.default_generator.get_state()
-
-
-def set_rng_state(state: torch.Tensor, device: Any = None) -> None:
-    torch.default_generator.set_state(state)
+# manual_seed, manual_seed_all, seed, seed_all, initial_seed, get_rng_state, set_rng_state: the extension's
+# builtins over the CPU default generator, bound by bind() (torch.compile graph-breaks on them, as on CPU's).
+_RNG = ("manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state", "set_rng_state")
 
 
 # -- memory ----------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // transfer codes, tags) in a bounded buffer while a subscriber listens; with `want_source` it also notes the
 // innermost Python frame outside torch and the studio (code object + line). Python turns the rows into
 // OpEvents when a subscription drains (neuron_studio/device/events.py).
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/jit/python/pybind_utils.h>
@@ -451,6 +452,51 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return prev;
   });
   m.def("record_marker", &record_marker);
+  // RNG of the device: the CPU default generator (see runtime.py). Builtins, so torch.compile graph-breaks on
+  // them as on CPU's own generator calls instead of tracing into them.
+  auto cpu_gen = []() { return at::detail::getDefaultCPUGenerator(); };
+  auto unpack_seed = [](py::handle seed) -> uint64_t {
+    py::int_ v = py::int_(py::reinterpret_borrow<py::object>(seed));
+    py::int_ masked = v.attr("__and__")(py::int_(py::reinterpret_steal<py::object>(PyLong_FromUnsignedLongLong(~0ULL))));
+    return PyLong_AsUnsignedLongLong(masked.ptr());
+  };
+  m.def("manual_seed", [cpu_gen, unpack_seed](py::handle seed) {
+    uint64_t s = unpack_seed(seed);
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(s);
+  }, py::arg("seed"));
+  m.def("manual_seed_all", [cpu_gen, unpack_seed](py::handle seed) {
+    uint64_t s = unpack_seed(seed);
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_current_seed(s);
+  }, py::arg("seed"));
+  m.def("seed", [cpu_gen]() {
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.seed();
+  });
+  m.def("seed_all", [cpu_gen]() {
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.seed();
+  });
+  m.def("initial_seed", [cpu_gen]() {
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return g.current_seed();
+  });
+  m.def("get_rng_state", [cpu_gen](py::object) {
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    return g.get_state();
+  }, py::arg("device") = py::none());
+  m.def("set_rng_state", [cpu_gen](const at::Tensor& state, py::object) {
+    auto g = cpu_gen();
+    std::lock_guard<std::mutex> lock(g.mutex());
+    g.set_state(state);
+  }, py::arg("new_state"), py::arg("device") = py::none());
   m.def("conversion_errors", []() { return g_conversion_errors; });
   m.def("set_current_graph", &set_current_graph);
   m.def("current_graph", &current_graph);
