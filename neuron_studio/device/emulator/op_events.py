@@ -111,6 +111,8 @@ class NativeEventSource:
                     hook = RECORD_EXTRA.get(func)
                     if hook is not None:
                         extra = hook(func, pos, kw, out)
+        if name == "neuron::synchronize":
+            source = None  # a sync is the device's, not a line of the program (the profiler's own sync is too)
         if source is not None and self._bus.source_namer is not None:
             file, _, line = source.rpartition(":")
             source = self._bus.source_namer(file, int(line))
