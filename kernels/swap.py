@@ -29,7 +29,8 @@ class SwapError(ValueError):
 
 
 def _on_host(fn: Callable[..., torch.Tensor], *args: torch.Tensor, **kw: Any) -> torch.Tensor:
-    """Run a kernel on host tensors (the custom op's CPU implementation)."""
+    """Run a kernel on host tensors (the custom op's CPU implementation; on the emulated `neuron` device the op
+    runs as on CPU, on the same bytes, so its ops are registered for CPU only)."""
     return fn(*args, **kw)
 
 
@@ -37,7 +38,7 @@ def _on_host(fn: Callable[..., torch.Tensor], *args: torch.Tensor, **kw: Any) ->
 def _ops() -> dict[str, Any]:
     """Register the custom ops once per process (on first use, not at import)."""
 
-    @torch.library.custom_op("neuron_studio::rmsnorm", mutates_args=())
+    @torch.library.custom_op("neuron_studio::rmsnorm", mutates_args=(), device_types="cpu")
     def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         return _on_host(rmsnorm_kernel, rows, weight.contiguous(), eps=eps).reshape(x.shape)
@@ -59,7 +60,7 @@ def _ops() -> dict[str, Any]:
 
     rmsnorm.register_autograd(rms_backward, setup_context=rms_setup)
 
-    @torch.library.custom_op("neuron_studio::layernorm", mutates_args=())
+    @torch.library.custom_op("neuron_studio::layernorm", mutates_args=(), device_types="cpu")
     def layernorm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         return _on_host(layernorm_kernel, rows, weight.contiguous(), bias.contiguous(), eps=eps).reshape(x.shape)
@@ -80,7 +81,7 @@ def _ops() -> dict[str, Any]:
 
     layernorm.register_autograd(ln_backward, setup_context=ln_setup)
 
-    @torch.library.custom_op("neuron_studio::swiglu_mlp", mutates_args=())
+    @torch.library.custom_op("neuron_studio::swiglu_mlp", mutates_args=(), device_types="cpu")
     def swiglu_mlp(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1]).contiguous()
         out = _on_host(swiglu_mlp_kernel, rows, w_gate.contiguous(), w_up.contiguous(), w_down.contiguous())

@@ -65,7 +65,7 @@ def _register_op(kernel: Any, fake: Callable[..., torch.Tensor] | None) -> Any:
     if existing is not None and getattr(existing, "_neuron_studio_kernel", None) is kernel:
         return existing
 
-    @torch.library.custom_op(qualified, mutates_args=())
+    @torch.library.custom_op(qualified, mutates_args=(), device_types="cpu")
     def op(args: list[torch.Tensor]) -> torch.Tensor:
         out, _ = run(kernel, *args)
         return out.clone() if any(out is a for a in args) else out
