@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.analysis.group_mode import most_common
+from neuron_studio.profiler.op_kinds import KIND_INFO
 
 __all__ = ["HotOp", "hot_path", "attach_savings", "can_change", "WHY"]
 
@@ -94,6 +95,11 @@ def _roofline_ns(flops: float, nbytes: float, roofs: Any) -> float:
     return max(flops / max(roofs.peak_flops, 1.0), nbytes / max(roofs.hbm_bytes_per_s, 1.0)) * 1e9
 
 
+#: Op kinds (op_kinds.KINDS) that do work on the device: the ops a module-level kernel replaces.
+_DEVICE_WORK_KINDS = np.array([k for k, info in KIND_INFO.items() if info.runs_on in ("device", "device+host")],
+                              dtype=object)
+
+
 def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: float = 0.0,
                    kernel_ns: Callable[[str, float, float, int], float | None] | None = None,
                    itemsize: Any = None) -> None:
@@ -126,6 +132,10 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
         t = kernel_ns(kernel, flops, nbytes, size) if kernel_ns is not None else None
         return (float(t), True) if t is not None else (_roofline_ns(flops, nbytes, roofs), False)
 
+    # ops that do device work, by the one op classification (not by `device_ns > 0`: an op's modeled time is
+    # the difference of integer ns timestamps, so a tiny op reads 0 ns in one step and 1 ns in the next, and
+    # counting it by its time made a module's launches, and so its kernel saving, depend on the profiled steps)
+    on_device = np.isin(ops["kind"].to_numpy(dtype=object), _DEVICE_WORK_KINDS) if "kind" in ops else None
     for h in hot:
         for k in h.kernels:
             pattern = str(k.get("pattern") or "")
@@ -146,7 +156,9 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             prefix = _module_for_pattern(h.module, k)
             under = np.fromiter((isinstance(m, str) and (m == prefix or m.startswith(prefix + "."))
                                  for m in module_col), dtype=bool, count=len(module_col))
-            if not (under & (device_col > 0)).any():
+            if on_device is None:
+                raise ValueError("module-level kernel savings need the ops' `kind` column (op_kinds)")
+            if not (under & on_device).any():
                 k["saving_ns"] = 0.0
                 continue
             # calls: contiguous runs (by seq) of ALL the module's ops, views and other device-free ops included
@@ -155,7 +167,7 @@ def attach_savings(hot: list[HotOp], ops: pd.DataFrame, roofs: Any, launch_ns: f
             every = every[np.argsort(seq_col[every], kind="stable")]
             gaps = np.diff(seq_col[every]) > 1
             call_of = np.concatenate([[0], np.cumsum(gaps)])
-            busy = device_col[every] > 0
+            busy = on_device[every]
             rows, call = every[busy], call_of[busy]                    # the launched ops, in launch order
             cuts = np.nonzero(np.diff(call) != 0)[0]
             starts = np.concatenate([[0], cuts + 1])
