@@ -139,6 +139,27 @@ def test_swiglu_training_equals_cpu_bit_for_bit() -> None:
     assert all(torch.equal(a, b) for a, b in zip(params["cpu"], params["neuron"]))
 
 
+# -- torch.compile on the device -------------------------------------------------------------------------
+def _metadata_mutation(x: torch.Tensor) -> torch.Tensor:
+    y = x * 2
+    y.unsqueeze_(0)      # an in-place view op: functionalization replays it on the traced tensor's wrapper
+    y.transpose_(1, 2)
+    return y + 1
+
+
+@pytest.mark.parametrize("fn", [_metadata_mutation,
+                                lambda x: torch.quantile(x, torch.tensor([0.25, 0.5], device=x.device), dim=0),
+                                lambda x: torch.histc(x, bins=4)],
+                         ids=["inplace_view", "quantile", "histc"])
+def test_compiled_graph_with_metadata_mutations_equals_cpu(fn) -> None:  # noqa: ANN001
+    """Tracing replays metadata-only ops (unsqueeze_, as_strided_) on tensors without bytes; they run on the device
+    as on CPU, and the compiled result equals CPU eager."""
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", dynamic=False)(x.to("neuron"))
+    torch.testing.assert_close(got.cpu(), fn(x))
+
+
 # -- torch.distributed ------------------------------------------------------------------------------------
 def test_init_process_group_without_a_backend(tmp_path: Path) -> None:
     import torch.distributed as dist

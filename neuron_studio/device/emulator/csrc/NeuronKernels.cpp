@@ -156,9 +156,17 @@ c10::intrusive_ptr<c10::StorageImpl> host_of(c10::StorageImpl* storage) {
   HostBlock* b = block_of(storage);
   if (b != nullptr) return b->host;
   // a neuron storage made elsewhere (from a data pointer): alias its bytes without owning them
-  return c10::make_intrusive<c10::StorageImpl>(
-      c10::StorageImpl::use_byte_size_t(), storage->nbytes(),
-      c10::DataPtr(storage->mutable_data(), c10::Device(c10::DeviceType::CPU)), nullptr, /*resizable=*/false);
+  void* data = storage->_mutable_data_ptr_no_checks().get();
+  auto host = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage->sym_nbytes(),
+      c10::DataPtr(data, c10::Device(c10::DeviceType::CPU)), nullptr, /*resizable=*/false);
+  if (data == nullptr && (storage->sym_nbytes().is_heap_allocated() || storage->nbytes() > 0)) {
+    // a tensor subclass's storage that has no bytes (FunctionalTensor and FakeTensor wrappers while torch.compile
+    // traces): metadata ops (unsqueeze_, as_strided_, ...) run on it as on a CPU wrapper, and reading or writing
+    // its data raises as it does on CPU ("Cannot access data pointer of Tensor ...")
+    host->release_data_and_set_meta_custom_data_ptr_error_msg_(std::nullopt);
+  }
+  return host;
 }
 
 at::Tensor cpu_alias(const at::Tensor& t, const c10::intrusive_ptr<c10::StorageImpl>& host) {
@@ -282,7 +290,8 @@ void sync_back(Entry& e, Call& c) {
     c10::Storage s = neuron_storage_for(now, c);
     if (!s) s = adopt(a, c);
     ni->set_storage_keep_dtype(std::move(s));
-  } else if (e.host->data() != e.storage->data() || e.host->nbytes() != e.storage->nbytes()) {
+  } else if (e.host->_mutable_data_ptr_no_checks().get() != e.storage->_mutable_data_ptr_no_checks().get() ||
+             e.host->sym_nbytes() != e.storage->sym_nbytes()) {
     follow_host(e.storage);  // re-allocated by a resize
   }
   if (a.sizes() != e.orig.sizes() || a.strides() != e.orig.strides() ||
