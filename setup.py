@@ -5,7 +5,9 @@ environment, so build without pip's build isolation: `pip install --no-build-iso
 """
 from __future__ import annotations
 
+import shutil
 import sys
+import warnings
 
 from setuptools import setup
 
@@ -18,7 +20,10 @@ _SOURCES = [
 
 def _extension_build() -> tuple[list, dict]:
     try:
-        from torch.utils.cpp_extension import BuildExtension, CppExtension
+        with warnings.catch_warnings():
+            # torch warns when numpy is missing; the build reads no numpy (numpy is installed with the package)
+            warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+            from torch.utils.cpp_extension import BuildExtension, CppExtension
     except ImportError as e:
         sys.exit(
             "neuron-studio: building the neuron device's C++ extension needs torch (>=2.13,<2.15) in the build "
@@ -30,7 +35,8 @@ def _extension_build() -> tuple[list, dict]:
         _SOURCES,
         extra_compile_args=["-O2", "-g0", "-fvisibility=hidden"],
     )
-    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+    # ninja compiles the sources in parallel when it is installed; without it torch's serial build is used (no warning)
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=shutil.which("ninja") is not None)}
 
 
 ext_modules, cmdclass = _extension_build()
