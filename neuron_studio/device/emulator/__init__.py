@@ -1,1 +1,2 @@
-"""The emulated `neuron` device: pure Python, executes on CPU, reports what ran as OpEvents."""
+"""The emulated `neuron` device: a C++ PrivateUse1 backend (csrc/) whose memory is host memory; an op runs as the
+CPU kernel on the same bytes, and what ran is reported as OpEvents."""
