@@ -164,9 +164,15 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
     # As TorchNeuron's backend (torch_neuronx/neuron_dynamo_backend/backend.py @98154b86: "Prevent Copy-back"):
     # input mutations of inference graphs (optimizer updates) stay in the graph as copy_ into the input's buffer
     # (its executor aliases the output to the input), so they run inside the NEFF, not as eager copies after it.
-    compiled = aot_autograd(fw_compiler=_graph_runner("forward"),
-                            bw_compiler=_graph_runner("backward"),
-                            keep_inference_input_mutations=True)(gm, example_inputs)
+    from neuron_studio.device.emulator.registration import unrecorded
+
+    # What torch runs while it compiles is not the program's: its structured-trace logging formats real device
+    # tensors (a recompile inside a profiled step recorded three host syncs for their printing), FakeTensor runs
+    # real kernels for ops without meta kernels
+    with unrecorded():
+        compiled = aot_autograd(fw_compiler=_graph_runner("forward"),
+                                bw_compiler=_graph_runner("backward"),
+                                keep_inference_input_mutations=True)(gm, example_inputs)
     reg.compile_log.append({
         "graph_key": key,
         "shapes": shapes,

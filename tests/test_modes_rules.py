@@ -281,7 +281,10 @@ def test_compiled_selective_scan_is_not_modeled_slower_than_eager() -> None:
         p = profile(step, steps=2, warmup=1, mode=mode, chip="trn1", host_events=False)
         t[mode] = p.step_time_ns
         if mode == "compile":
-            assert (p.trace.ops["graph"] >= 0).mean() > 0.95      # nearly every op ran inside a graph
+            # nearly every op that does work ran inside a graph (views launch nothing: AOTAutograd's runtime
+            # detaches a compiled graph's outputs outside it, as on any device)
+            work = p.ops[p.ops["kind"] != "view"]
+            assert (work["graph"] >= 0).mean() > 0.95
     assert t["compile"] < t["adaptive"] < t["eager"]
 
 
