@@ -202,6 +202,90 @@ def test_panel_viewer_zoom_hover_click_search(lab: dict, page) -> None:  # noqa:
     assert not page.errors  # type: ignore[attr-defined]
 
 
+def _edge_label(page, viewer, edge: str, name: str, visible: tuple[float, float]) -> dict:  # noqa: ANN001
+    """Wait until the box named `name` is cut by the view's `edge` ("left"/"right") with `visible` (min, max) px
+    of it in view and its label is drawn; that label as the viewer publishes it (`data-edge-labels`)."""
+    handle = page.wait_for_function("""([v, edge, name, lo, hi]) => {
+        const all = JSON.parse(v.getAttribute('data-edge-labels') || '[]');
+        return all.find(l => l.name === name && (edge === 'left' ? l.boxStart < 0 : l.boxEnd > l.viewWidth)
+          && Math.min(l.boxEnd, l.viewWidth) - Math.max(l.boxStart, 0) >= lo
+          && Math.min(l.boxEnd, l.viewWidth) - Math.max(l.boxStart, 0) <= hi) || null;
+    }""", arg=[viewer.element_handle(), edge, name, *visible], timeout=10_000)
+    return handle.json_value()
+
+
+def _assert_in_visible_part(label: dict) -> None:
+    """The label is the box's name or its prefix and an ellipsis, drawn inside the box's part in view."""
+    name, text = label["name"], label["text"]
+    assert text == name or (text.endswith("…") and len(text) > 1 and name.startswith(text[:-1])), label
+    lo, hi = max(label["boxStart"], 0), min(label["boxEnd"], label["viewWidth"])
+    assert lo < label["x"] and label["x"] + label["width"] <= hi + 0.01, label
+
+
+def test_zoomed_edge_labels_sit_in_the_visible_part_of_cut_boxes(lab: dict, page) -> None:  # noqa: ANN001
+    """Zoomed in, a box cut by the view's left or right edge shows its name from the edge inward (shortened to a
+    prefix and an ellipsis only when the visible part is too narrow), never outside the box or the view."""
+    page = page.context.new_page()
+    page.errors = []  # type: ignore[attr-defined]
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))  # type: ignore[attr-defined]
+    page.on("dialog", lambda d: page.errors.append(f"dialog: {d.message}"))  # type: ignore[attr-defined]
+    viewer = _open_panel_on_run(page, lab, "ns-viewer-edges", await_open=True)
+    page.wait_for_function("v => v.hasAttribute('data-source-paint-ms')", arg=viewer.element_handle(), timeout=30_000)
+    stage = viewer.locator(".ns-TraceStage")
+    canvas = viewer.locator(".ns-TraceCanvas")
+
+    def reveal_and_zoom() -> None:
+        """The op in the middle of the view, 4/9 of its width (search, result, then W twice)."""
+        viewer.locator(".ns-TraceSearch").fill("special_op")
+        viewer.locator(".ns-TraceSearch").press("Enter")
+        viewer.locator(".ns-TraceResult a").first.click()
+        viewer.locator(".ns-TraceDetails[data-seq='1234']").wait_for(timeout=10_000)
+        stage.focus()
+        for _ in range(2):
+            before = _view(viewer)
+            page.keyboard.press("w")
+            _wait_view_change(page, viewer, before)
+
+    def drag(dx: float) -> None:
+        box = canvas.bounding_box()
+        y = box["y"] + 60  # on a lane (a drag pans; it is no click, the pointer moves)
+        page.mouse.move(box["x"] + box["width"] / 2, y)
+        page.mouse.down()
+        page.mouse.move(box["x"] + box["width"] / 2 + dx, y, steps=4)
+        page.mouse.up()
+
+    # D twice pans the op (at 28-72% of the view) to -12..32%: cut by the left edge, its whole name fits
+    reveal_and_zoom()
+    for _ in range(2):
+        page.keyboard.press("d")
+    left = _edge_label(page, viewer, "left", TARGET, (100, 10_000))
+    _assert_in_visible_part(left)
+    assert left["text"] == TARGET and left["x"] < 10  # from the edge inward, whole
+    page.screenshot(path=str(ARTIFACTS / "viewer-03-left-edge-label.png"))
+    # dragged left until 40 px of it are in view: a prefix and an ellipsis, still starting at the edge
+    drag(-(left["boxEnd"] - 40))
+    narrow = _edge_label(page, viewer, "left", TARGET, (30, 50))
+    _assert_in_visible_part(narrow)
+    assert narrow["text"] != TARGET and narrow["text"].endswith("…") and narrow["x"] < 10
+
+    # A twice pans it to 68-112%: cut by the right edge, the label starts in the box and ends inside the view
+    reveal_and_zoom()
+    for _ in range(2):
+        page.keyboard.press("a")
+    right = _edge_label(page, viewer, "right", TARGET, (100, 10_000))
+    _assert_in_visible_part(right)
+    assert right["text"] == TARGET and right["x"] > right["boxStart"]
+    drag(right["viewWidth"] - right["boxStart"] - 40)
+    narrow = _edge_label(page, viewer, "right", TARGET, (30, 50))
+    _assert_in_visible_part(narrow)
+    assert narrow["text"] != TARGET and narrow["text"].endswith("…")
+    # every cut box on every lane (the hostile names too: canvas text, never markup) follows the same layout
+    for label in json.loads(viewer.get_attribute("data-edge-labels")):
+        _assert_in_visible_part(label)
+    assert not page.errors  # type: ignore[attr-defined]
+    page.close()
+
+
 def test_panel_draws_the_stored_overview_until_the_server_answers(lab: dict, page) -> None:  # noqa: ANN001
     """The panel's first paint does not wait for the server to read the run's table: it draws the overview
     stored in the run's summary (the same lanes, coarser boxes, said so in the status), then the server's

@@ -8,11 +8,12 @@
  *
  * Everything from a trace reaches the page as `textContent` (or canvas text), never as markup.
  */
-import { FlameChartContainer, FlameChartNode, FlameChartPlugin, MarksPlugin, TimeGridPlugin } from 'flame-chart-js';
+import { FlameChartContainer, FlameChartNode, MarksPlugin, TimeGridPlugin } from 'flame-chart-js';
 
 import { PromiseDelegate } from '@lumino/coreutils';
 
 import { el, fmtNs } from '../dom';
+import { LanePlugin } from './lane';
 import { ITraceLane, ITraceOpDetail, ITraceSource, ITraceWindow } from './types';
 
 export const TRACK_COLORS: Record<string, string> = {
@@ -282,7 +283,7 @@ export class TraceViewer {
 
   private _create(data: ITraceWindow, width: number): void {
     this._chart?.interactionsEngine.destroy();
-    this._lanePlugins = data.lanes.map(lane => new FlameChartPlugin({ data: this._nodes(data, lane), name: lane.id }));
+    this._lanePlugins = data.lanes.map(lane => new LanePlugin({ data: this._nodes(data, lane), name: lane.id }));
     const end = (data.run_end_ns - data.origin_ns) / 1000;
     const marks = data.steps.map(s => ({ shortName: `step ${s.step}`, fullName: `step ${s.step} starts`, timestamp: s.start / 1000, color: '#d62728' }));
     marks.push({ shortName: 'end', fullName: 'end of the run', timestamp: end, color: '#999999' });
@@ -310,6 +311,7 @@ export class TraceViewer {
       emitter.on('select', event => this._onSelect(event));
     }
     this._width = width;
+    this._labelsDrawn = -1;
     this._placeLabels();
   }
 
@@ -607,6 +609,7 @@ export class TraceViewer {
       if (!this._chart.interactionsEngine.getHoveredRegion()) {
         this._hideTooltip();
       }
+      this._publishEdgeLabels();
     }
     if (this._seenConnected && !this.node.isConnected) {
       this._disposed = true;
@@ -615,6 +618,18 @@ export class TraceViewer {
     }
     this._seenConnected = this._seenConnected || this.node.isConnected;
     requestAnimationFrame(() => this._tick());
+  }
+
+  /**
+   * The labels drawn on boxes cut by the view's edges, as `data-edge-labels` (JSON): what a cut box shows is
+   * read from the page (browser tests) rather than from the canvas's pixels.
+   */
+  private _publishEdgeLabels(): void {
+    const drawn = this._lanePlugins.reduce((sum, plugin) => sum + plugin.labelsDrawn, 0);
+    if (drawn !== this._labelsDrawn) {
+      this._labelsDrawn = drawn;
+      this.node.setAttribute('data-edge-labels', JSON.stringify(this._lanePlugins.flatMap(plugin => plugin.edgeLabels)));
+    }
   }
 
   private _onViewChange(start: number, end: number): void {
@@ -748,7 +763,8 @@ export class TraceViewer {
   }
 
   private _chart: FlameChartContainer | null = null;
-  private _lanePlugins: FlameChartPlugin[] = [];
+  private _lanePlugins: LanePlugin[] = [];
+  private _labelsDrawn = -1;
   private _data: ITraceWindow | null = null;
   private _width = 0;
   private _loading = false;
