@@ -15,7 +15,6 @@ from typing import Sequence, TextIO
 __all__ = ["LaunchOp", "LaunchWriter", "EventStream", "EVENTS_PER_LAUNCH"]
 
 EVENTS_PER_LAUNCH = 5
-_MM_FLOPS = 2 * 512 * 1024 * 1024
 #: What torch.profiler adds to a cpu_op and a kernel beyond what the studio reads (`detailed=True`).
 _CPU_DETAIL = ', "Fwd thread id": 0, "Record function id": 0'
 _KERNEL_DETAIL = (', "registers per thread": 64, "shared memory": 0, "blocks per SM": 4.0, "warps per SM": 16.0, '
