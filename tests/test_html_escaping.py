@@ -200,6 +200,14 @@ def test_measured_provenance_is_escaped(summary: dict) -> None:
     assert out.count(ESCAPED) == 3 and "host time: not captured" in out and "Modeled:" not in out
 
 
+def test_a_measured_profile_labels_its_device_times_measured(summary: dict) -> None:
+    """A profile measured on Trainium has measured device times: the hot table's and the op table's columns say
+    so (the hot table said "(modeled)" whatever the profile)."""
+    modeled_out, measured_out = render_html(summary), render_html({**summary, "modeled": False})
+    assert "<th>device/step (modeled)</th>" in modeled_out and "device/step (measured)" not in modeled_out
+    assert "<th>device/step (measured)</th>" in measured_out and "device/step (modeled)" not in measured_out
+
+
 def test_hot_op_names_stay_on_one_line_with_the_full_name_as_tooltip(summary: dict) -> None:
     """Walk F3/F8: the hot table broke words mid-word ("comput|e", "aten::|mul") and cut module names without an
     ellipsis; names are one-line spans capped with an ellipsis, the full (escaped) name their tooltip."""

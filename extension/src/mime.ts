@@ -194,13 +194,25 @@ function hotFix(op: IHotOp, actions: IProfileViewActions): HTMLElement | string 
   return el('span', { class: 'ns-HotFix' }, ...parts);
 }
 
-export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions): HTMLElement {
-  return el('div', { class: 'ns-HotOpsBox' }, hotOpsRows(ops, actions));
+/**
+ * What the hot ops' time column holds: modeled device time, device time measured on Trainium, or, for an imported
+ * trace recorded without shapes, the measured GPU/host time it is ranked by (as the inline table says).
+ */
+export function hotTimeLabel(p: { modeled?: boolean | null; hot_basis?: string | null }): string {
+  if (p.hot_basis && !p.hot_basis.startsWith('modeled')) {
+    const what = p.hot_basis.split(' ')[1] ?? 'device';
+    return `${what[0].toUpperCase()}${what.slice(1)} time/step (measured)`;
+  }
+  return `Device time/step (${p.modeled === false ? 'measured' : 'modeled'})`;
 }
 
-function hotOpsRows(ops: IHotOp[], actions: IProfileViewActions): HTMLTableElement {
+export function hotOpsTable(ops: IHotOp[], actions: IProfileViewActions, timeLabel = 'Device time/step (modeled)'): HTMLElement {
+  return el('div', { class: 'ns-HotOpsBox' }, hotOpsRows(ops, actions, timeLabel));
+}
+
+function hotOpsRows(ops: IHotOp[], actions: IProfileViewActions, timeLabel: string): HTMLTableElement {
   return table(
-    ['Op', 'Module', 'Source', 'Device time/step (modeled)', 'Share', 'Bound', 'Change / NKI kernel'],
+    ['Op', 'Module', 'Source', timeLabel, 'Share', 'Bound', 'Change / NKI kernel'],
     ops.map(op => [
       nameCell(String(op.op), op.why ? String(op.why) : undefined),
       op.module ? nameCell(String(op.module)) : '—',
@@ -248,7 +260,7 @@ export function fmtCompact(x: number | null | undefined): string {
  * recorded without shapes, measured GPU/host time; then only measured columns are shown (the model could not
  * size those ops) and a note says so.
  */
-export function opTable(rows: IOpRow[], basis?: string | null, splits?: IRegionSplit[]): HTMLElement {
+export function opTable(rows: IOpRow[], basis?: string | null, splits?: IRegionSplit[], modeled = true): HTMLElement {
   if (basis && !basis.startsWith('modeled')) {
     const what = basis.replace(/^measured /, '');
     return el(
@@ -267,7 +279,7 @@ export function opTable(rows: IOpRow[], basis?: string | null, splits?: IRegionS
   }
   const ends = rows.some(r => (r.region_splits ?? 0) > 0);
   const body = table(
-    ['Op', 'Count/step', 'Device time/step (modeled)', 'Host time/step (measured)', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step',
+    ['Op', 'Count/step', `Device time/step (${modeled ? 'modeled' : 'measured'})`, 'Host time/step (measured)', 'Share', 'Engine', 'Bound', 'FLOPs/step', 'Bytes/step',
       ...(ends ? ['Ends regions/step'] : [])],
     rows.map(r => [
       String(r.op),
@@ -415,7 +427,7 @@ function summarySection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
       )
     : null;
   const hot = p.hot_ops?.length
-    ? el('div', {}, el('h4', { text: 'Hot ops' }), hotOpsTable(p.hot_ops.slice(0, 5), actions))
+    ? el('div', {}, el('h4', { text: 'Hot ops' }), hotOpsTable(p.hot_ops.slice(0, 5), actions, hotTimeLabel(p)))
     : null;
   return el('div', { class: 'ns-Summary' }, metrics, engines, cost, hot);
 }
@@ -442,7 +454,7 @@ function hotPathSection(p: IProfilePayload, actions: IProfileViewActions): HTMLE
     'div',
     {},
     basis ? el('div', { class: 'ns-Muted', text: basis }) : null,
-    hotOpsTable(ops, actions),
+    hotOpsTable(ops, actions, hotTimeLabel(p)),
     el('ul', { class: 'ns-Why' }, ...whyOnce(ops))
   );
 }
@@ -672,7 +684,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
     pages.push(['Hot path', hotPathSection(p, actions)]);
   }
   if (p.op_table?.length) {
-    pages.push(['Op table', opTable(p.op_table, p.op_table_basis, p.region_splits)]);
+    pages.push(['Op table', opTable(p.op_table, p.op_table_basis, p.region_splits, p.modeled !== false)]);
   }
   if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
     pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);

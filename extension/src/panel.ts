@@ -14,6 +14,7 @@ import {
   fmtPct,
   fmtSignedPct,
   hotOpsTable,
+  hotTimeLabel,
   IProfileViewActions,
   kernelLink,
   renderProfile,
@@ -246,7 +247,7 @@ export class ProfilerPanel extends Widget {
       if (run.summary?.hot_ops?.length) {
         parts.push(
           el('h4', { text: 'Hot path' }),
-          el('div', { class: 'ns-PanelHotPath' }, hotOpsTable(run.summary.hot_ops, this._actions))
+          el('div', { class: 'ns-PanelHotPath' }, hotOpsTable(run.summary.hot_ops, this._actions, hotTimeLabel(run.summary)))
         );
       }
       this._detail.replaceChildren(...parts.filter((p): p is HTMLElement => p !== null));
