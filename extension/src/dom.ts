@@ -45,6 +45,19 @@ export function nameCell(text: string, detail?: string): HTMLElement {
   return el('span', { class: 'ns-Name', text, title: detail ? `${text}\n${detail}` : text });
 }
 
+/**
+ * Prose in a table cell that quotes code ("model.to(torch.bfloat16) and bf16 inputs"): it wraps at spaces, and a
+ * dotted call too long for the cell may break only after a `.`, `(` or `,` followed by a name (a `<wbr>` there),
+ * never mid-name or inside a number.
+ */
+export function proseCell(text: string, title?: string): HTMLElement {
+  const parts: Child[] = [];
+  for (const piece of text.split(/(?<=[A-Za-z0-9_)\]][.(,])(?=[A-Za-z_])/)) {
+    parts.push(parts.length ? el('wbr') : null, piece);
+  }
+  return el('span', { class: 'ns-Prose', ...(title !== undefined ? { title } : {}) }, ...parts);
+}
+
 export const isNum = (x: unknown): x is number => typeof x === 'number' && Number.isFinite(x);
 
 export function fmtNs(ns: number | null | undefined): string {

@@ -3,7 +3,7 @@
  * marked: click it to list what is live there), the forecast per chip and LNC, and the levers with their
  * modeled effect. Lays out the summary's `memory` block; computes nothing.
  */
-import { el, fmtNs, isNum, table } from './dom';
+import { el, fmtNs, isNum, nameCell, proseCell, table } from './dom';
 import { IMemoryBlock, SourceRef } from './tokens';
 
 /** Renders an op source as a link (the profile view's sourceLink, bound to its actions). */
@@ -130,19 +130,30 @@ export function memoryAreaSvg(m: IMemoryBlock, onPeak: () => void): SVGSVGElemen
   return root;
 }
 
+/** A short token (a dtype, a shape like 8x128x1024): kept whole on one line (a narrow table puts the shape under
+ * its dtype). */
+const token = (text: unknown) => el('span', { class: 'ns-Token', text: String(text ?? '') });
+
+/** An op name: as the other names, with room for "aten::" and a few letters of the op before its ellipsis. */
+function opName(op: string): HTMLElement {
+  const name = nameCell(op);
+  name.classList.add('ns-MemOp');
+  return name;
+}
+
+/** What is live at the peak; names (what, op, module) as the hot ops show them: one line, ellipsised, full tooltip. */
 function liveTable(m: IMemoryBlock, link: SourceLinker): HTMLTableElement {
   const peak = m.peak_bytes || 1;
   return table(
-    ['Bytes', 'Share', 'Category', 'What', 'Dtype', 'Shape', 'Op', 'Module', 'Source'],
+    ['Bytes', 'Share', 'Category', 'What', 'Tensor', 'Op', 'Module', 'Source'],
     (m.live ?? []).map(r => [
       fmtBytes(r.nbytes),
       `${((100 * r.nbytes) / peak).toFixed(1)}%`,
-      String(r.category ?? ''),
-      String(r.name ?? ''),
-      String(r.dtype ?? ''),
-      String(r.shape ?? ''),
-      String(r.op ?? ''),
-      String(r.module ?? ''),
+      String(r.category ?? '').replace(/_/g, ' '),
+      r.name ? nameCell(String(r.name)) : '',
+      el('span', {}, token(r.dtype), ' ', token(r.shape)),
+      r.op ? opName(String(r.op)) : '—',
+      r.module ? nameCell(String(r.module)) : '—',
       link(r.source)
     ]),
     'ns-MemLiveTable'
@@ -197,17 +208,17 @@ export function memorySection(m: IMemoryBlock, link: SourceLinker): HTMLElement 
   const levers = table(
     ['Lever (modeled)', 'Peak', 'Saves', `Fits ${f?.chip ?? ''} LNC=${f?.lnc ?? ''}`, 'How'],
     (f?.levers ?? []).map(lv => [
-      el('span', { text: lv.title, title: lv.assumption }),
+      proseCell(lv.title, lv.assumption),
       fmtBytes(lv.peak_bytes),
       fmtBytes(lv.saving_bytes),
       yesNo(lv.fits),
-      lv.how
+      proseCell(lv.how)
     ]),
     'ns-MemLevers'
   );
   const acts = table(
     ['Module', 'Activations / step', 'Live at the peak'],
-    (m.activations ?? []).map(a => [a.module, fmtBytes(a.activation_bytes), fmtBytes(a.at_peak_bytes)]),
+    (m.activations ?? []).map(a => [nameCell(String(a.module)), fmtBytes(a.activation_bytes), fmtBytes(a.at_peak_bytes)]),
     'ns-MemActs'
   );
   const b = m.bounds;

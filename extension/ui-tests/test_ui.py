@@ -247,12 +247,13 @@ def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> Non
         pg.close()
 
 
-#: Per hot-ops table at the visible tab: its right edge past the output's, words broken across lines, and names cut
-#: without an ellipsis or without their full text as the tooltip.
-_HOT_TABLE_DEFECTS = """p => {
+#: Per table matching the selector at the visible tab: its right edge past the output's, words broken across lines,
+#: and names cut without an ellipsis or without their full text as the tooltip.
+_TABLE_DEFECTS = """(p, selector) => {
     const out = p.closest('.jp-OutputArea-output') || p; const right = out.getBoundingClientRect().right + 1;
     const bad = [];
-    for (const t of p.querySelectorAll('.ns-TabPage:not([hidden]) table.ns-HotOps')) {
+    for (const t of p.querySelectorAll(`.ns-TabPage:not([hidden]) ${selector}`)) {
+        if (!t.offsetParent) continue;
         const r = t.getBoundingClientRect();
         if (r.right > right) bad.push(`table ends at ${Math.round(r.right)} > ${Math.round(right)}`);
         const walk = document.createTreeWalker(t.tBodies[0], NodeFilter.SHOW_TEXT);
@@ -297,7 +298,7 @@ def test_hot_ops_fit_without_breaking_words(lab: dict, page, width: int) -> None
             pg.wait_for_timeout(300)
             assert profile.locator(".ns-TabPage:not([hidden]) table.ns-HotOps").count() == 1
             pg.screenshot(path=str(ARTIFACTS / f"hot-ops-{name.lower().replace(' ', '-')}-{width}.png"))
-            found = profile.evaluate(_HOT_TABLE_DEFECTS)
+            found = profile.evaluate(_TABLE_DEFECTS, "table.ns-HotOps")
             if found:
                 bad[name] = found[:6]
         hot = profile.locator(".ns-TabPage:not([hidden]) table.ns-HotOps")
@@ -305,6 +306,36 @@ def test_hot_ops_fit_without_breaking_words(lab: dict, page, width: int) -> None
         assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
         assert profile.locator("script").count() == 0
         assert bad == {}, bad
+    finally:
+        pg.close()
+
+
+@pytest.mark.parametrize("width", [1280, 1024])
+def test_memory_tables_fit_without_breaking_words(lab: dict, page, width: int) -> None:  # noqa: ANN001
+    """As the hot ops: the Memory tab's tables (live at the peak, the chips, the levers, activations per module) broke
+    "TransformerBlock.mlp.gat|e", "aten::sigm|oid", "optimizer_|state" mid-word. At the default output width and a
+    narrower one: each table fits, no word breaks across lines, a long name (what, op, module, source) ends in an
+    ellipsis with its full (escaped) text as the tooltip."""
+    pg = page.context.new_page()
+    try:
+        pg.set_viewport_size({"width": width, "height": 900})
+        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-mem-{width}/tree/02.ipynb?reset&token={TOKEN}")
+        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
+        profile.wait_for(timeout=30_000)
+        profile.locator(".ns-Tab", has_text="Memory").click()
+        tab = profile.locator(".ns-TabPage[data-tab='Memory']")
+        tab.locator(".ns-MemPeak").click()
+        tab.locator(".ns-MemLive").wait_for(state="visible")
+        pg.wait_for_timeout(300)
+        pg.screenshot(path=str(ARTIFACTS / f"memory-tables-{width}.png"), full_page=True)
+        tables = ["table.ns-MemLiveTable", "table.ns-MemChips", "table.ns-MemLevers", "table.ns-MemActs"]
+        bad = {t: found[:6] for t in tables if (found := profile.evaluate(_TABLE_DEFECTS, t))}
+        assert bad == {}, bad
+        live = tab.locator(".ns-MemLiveTable")
+        hostile = live.locator(".ns-Name", has_text="<script>")
+        assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
+        assert live.locator(".ns-Name", has_text="TransformerBlock.mlp").count() > 0   # modules are names too
+        assert profile.locator("script").count() == 0
     finally:
         pg.close()
 
