@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from neuron_studio.device.events import SYNC_HOST_ROUND_TRIP
-from neuron_studio.profiler.model.ops import base_name
+from neuron_studio.profiler.model.ops import base_name, string_rows
 from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 
 __all__ = ["KINDS", "OpKind", "KIND_INFO", "classify_ops", "kind_names", "HOST_ROUND_TRIP_REASONS",
@@ -90,7 +90,18 @@ def _obj(a: Any, n: int) -> np.ndarray:
 
 def _present(a: np.ndarray) -> np.ndarray:
     """Non-missing strings of an object column (None and NaN count as missing)."""
-    return np.fromiter((isinstance(x, str) and x != "" for x in a), dtype=bool, count=len(a))
+    out = string_rows(a)
+    rows = np.flatnonzero(out)
+    out[rows] = np.asarray(a[rows] != "", dtype=bool)
+    return out
+
+
+def _one_of(a: np.ndarray, present: np.ndarray, values: Any) -> np.ndarray:
+    """Which elements are one of `values` (compared only where `present` says they are strings)."""
+    out = np.zeros(len(a), dtype=bool)
+    rows = np.flatnonzero(present)
+    out[rows] = np.isin(a[rows].astype(str), list(values))
+    return out
 
 
 def classify_ops(names: Sequence[str] | np.ndarray, *, no_engine: Sequence[bool] | np.ndarray,
@@ -111,9 +122,8 @@ def classify_ops(names: Sequence[str] | np.ndarray, *, no_engine: Sequence[bool]
     mask_op = np.fromiter((base_name(u) in HOST_MASK_OPS for u in uniq), dtype=bool, count=len(uniq))[inv]
     if attention is not None:
         mask_op |= (np.asarray(attention, dtype=np.int64) & _ATTN_DROPOUT) != 0
-    round_trip_reason = np.fromiter((isinstance(x, str) and x in HOST_ROUND_TRIP_REASONS for x in fb_s),
-                                    dtype=bool, count=n)
-    round_trip = round_trip_reason | (sy_s == SYNC_HOST_ROUND_TRIP) | (mask_op & ~fb)
+    round_trip_reason = _one_of(fb_s, fb, HOST_ROUND_TRIP_REASONS)
+    round_trip = round_trip_reason | _one_of(sy_s, sy, {SYNC_HOST_ROUND_TRIP}) | (mask_op & ~fb)
     view = np.asarray(no_engine, dtype=bool)
     kind = np.select(
         [coll, fb & ~round_trip, round_trip, sy, tr, view],

@@ -415,3 +415,21 @@ def test_collectives_are_charged_per_rank_with_ring_factors_and_published_latenc
                                                           .ops["duration_ns"][0])
     trn3 = model_run([coll], chip="trn3", mode="eager", world_size=8)
     assert float(trn3.ops["duration_ns"][0]) < dur              # NeuronLink-v4 is faster
+
+
+def test_string_columns_read_missing_values_as_absent_whatever_their_spelling():
+    """The model's optional string columns (fallback, sync, transfer, source) come as object arrays in which
+    pandas spells a missing value None, NaN or pd.NA; only real strings count (an empty fallback reason is no
+    fallback), and a host round trip is read from the fallback reason or the sync column."""
+    from neuron_studio.profiler.model.ops import string_rows
+    from neuron_studio.profiler.op_kinds import K_DEVICE, K_HOST_FALLBACK, K_HOST_ROUND_TRIP, K_SYNC, classify_ops
+
+    col = np.array([None, float("nan"), pd.NA, "", "cpu_fallback", 3, "host_round_trip"], dtype=object)
+    assert string_rows(col).tolist() == [False, False, False, True, True, False, True]
+    assert string_rows(np.array([], dtype=object)).tolist() == []
+    names = ["aten::add"] * len(col)
+    kinds = classify_ops(names, no_engine=[False] * len(col), fallback=col)
+    assert kinds.tolist() == [K_DEVICE, K_DEVICE, K_DEVICE, K_DEVICE, K_HOST_FALLBACK, K_DEVICE, K_HOST_ROUND_TRIP]
+    sync = np.array([None, "host_round_trip", float("nan"), "stream", pd.NA], dtype=object)
+    kinds = classify_ops(["aten::add"] * 5, no_engine=[False] * 5, sync=sync)
+    assert kinds.tolist() == [K_DEVICE, K_HOST_ROUND_TRIP, K_DEVICE, K_SYNC, K_DEVICE]

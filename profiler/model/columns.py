@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
 
-from neuron_studio.profiler.model.ops import classify_engine, shape_stats
+from neuron_studio.profiler.model.ops import classify_engine, shape_stats, string_rows
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -211,7 +211,7 @@ def _opt_obj(data: Mapping[str, Any], key: str, n: int) -> np.ndarray | None:
     if len(arr) != n:
         raise ColumnsError(f"column {key!r} has {len(arr)} rows, expected {n}")
     # pandas stores missing strings as NaN; normalise to None.
-    mask = np.fromiter((isinstance(x, str) for x in arr), dtype=bool, count=n) if arr.size else np.zeros(0, bool)
+    mask = string_rows(arr)
     if not mask.any():
         return None
     out = np.empty(n, dtype=object)

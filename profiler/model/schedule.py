@@ -390,21 +390,34 @@ def _collective_steps(cols: OpColumns, order: np.ndarray | None, world_size: int
     return _take(steps[cols.name_code], order)
 
 
+def _allreduce_rows(s: Schedule, rates: CoreRates) -> tuple[np.ndarray, list[str]]:
+    """The all-reduce rows and the algorithm of each (decided once per distinct size: a trace has few)."""
+    if s.allreduce_bytes is None:
+        return np.zeros(0, dtype=np.int64), []
+    nbytes = np.asarray(s.allreduce_bytes, dtype=np.float64)
+    rows = np.flatnonzero(~np.isnan(nbytes))
+    sizes, inv = np.unique(nbytes[rows], return_inverse=True)
+    algos = [allreduce_algorithm(s.world_size, b, rates.logical_cores_per_chip, rates.allreduce_mesh_max_chunk,
+                                 rates.allreduce_rdh_max_chunk) for b in sizes]
+    return rows, [algos[k] for k in inv.tolist()]
+
+
 def allreduce_algorithms(s: Schedule, rates: CoreRates) -> list[str | None]:
     """The intra-instance algorithm of each all-reduce row (None for other rows), as `retime` times it."""
-    if s.allreduce_bytes is None:
-        return [None] * len(s.engine)
-    return [None if np.isnan(b) else allreduce_algorithm(s.world_size, b, rates.logical_cores_per_chip,
-                                                          rates.allreduce_mesh_max_chunk, rates.allreduce_rdh_max_chunk)
-            for b in s.allreduce_bytes]
+    out: list[str | None] = [None] * len(s.engine)
+    rows, algos = _allreduce_rows(s, rates)
+    for i, algo in zip(rows.tolist(), algos):
+        out[i] = algo
+    return out
 
 
 def allreduce_path_steps(s: Schedule, rates: CoreRates, steps: np.ndarray) -> np.ndarray:
     """`steps` with each all-reduce's hops replaced by those of the algorithm the runtime picks for its size."""
     out = steps.copy()
-    for i, algo in enumerate(allreduce_algorithms(s, rates)):
-        if algo is not None:
-            out[i] = allreduce_steps(algo, s.world_size, rates.logical_cores_per_chip)
+    rows, algos = _allreduce_rows(s, rates)
+    if len(rows):
+        hops = {a: allreduce_steps(a, s.world_size, rates.logical_cores_per_chip) for a in set(algos)}
+        out[rows] = [hops[a] for a in algos]
     return out
 
 
