@@ -202,7 +202,9 @@ class Profile:
         return self.ops["host_ns"]
 
     def module_tree(self) -> pd.DataFrame:
-        return _table.module_tree(self.ops)
+        """Per module path (depth, per-step calls, self and total device time, FLOPs, bytes, share), each module
+        named as every view names it (top level, backward pass)."""
+        return _table.module_tree(self.ops, steps=self.steps, label=self.module_label)
 
     def engine_utilization(self, bins: int = 100) -> pd.DataFrame:
         return _util.engine_utilization(self.ops, bins=bins)

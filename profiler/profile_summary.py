@@ -15,7 +15,7 @@ from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_bl
 from neuron_studio.profiler.hardware_summary import hardware_block
 from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.summary_numbers import finite_float
-from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
+from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, counted
 
 __all__ = ["profile_summary", "SUMMARY_VERSION"]
 
@@ -46,13 +46,23 @@ def _uncertainty(prof: Any) -> dict[str, Any]:
     low, high = getattr(s, "step_time_low_ns", 0.0), getattr(s, "step_time_high_ns", 0.0)
     return {
         "step_time_range_ns": [finite_float(low / steps), finite_float(high / steps)] if high > 0 else None,
-        "range_drivers": dict(getattr(s, "range_drivers", {}) or {}),
+        "range_drivers": _range_drivers(s, steps),
         "calibration_error": finite_float(getattr(s, "calibration_error", None)),
         # the chip's own calibration (profiler.model.calibration.calibration_summary): its text is what a badge
         # states ("trn2: modeled/measured lo–hi× on N published ..." or "... not validated against a measurement")
         "calibration": dict(getattr(s, "calibration", {}) or {}) or None,
         "calibration_note": _calibration_note(s),
     }
+
+
+def _range_drivers(s: Any, steps: int) -> dict[str, str]:
+    """What drives the step range, each figure per step: the launch cost's spread is charged on every launch of
+    the busiest core, counted over the whole run by the model, so stated here divided by the profiled steps."""
+    drivers = dict(getattr(s, "range_drivers", {}) or {})
+    busiest = getattr(s, "busiest_core_launches", 0)
+    if "launch_overhead_ns" in drivers and busiest:
+        drivers["launch_overhead_ns"] += f", {counted(busiest / max(1, steps), 'launch')} per step on the busiest core"
+    return drivers
 
 
 def _calibration_note(s: Any) -> str:

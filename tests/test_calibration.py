@@ -453,6 +453,22 @@ def test_dropout_is_a_device_op_with_a_host_drawn_mask() -> None:
 
 
 # -- what the user sees --------------------------------------------------------------------------------------
+def test_the_step_ranges_drivers_state_launches_per_step_whatever_the_number_of_profiled_steps() -> None:
+    """The launch cost's driver names the busiest core's launches per step: the model counts them over the whole
+    run, and a 3-step profile said 3x what a 1-step profile of the same step said."""
+    import neuron_studio  # noqa: F401
+    from neuron_studio.profiler.capture import profile
+    from neuron_studio.profiler.profile_summary import profile_summary
+
+    w = torch.randn(64, 64, device="neuron")
+    step = lambda: (w @ w).relu().sum()  # noqa: E731
+    one, three = (profile_summary(profile(step, steps=n, host_events=False)) for n in (1, 3))
+    assert one["range_drivers"] == three["range_drivers"]
+    text = one["range_drivers"]["launch_overhead_ns"]
+    assert text.endswith("per step on the busiest core")
+    assert f"{round(one['launches'])} launch" in text     # one core here: the busiest core has every launch
+
+
 @pytest.mark.parametrize("chip", ["trn2", "trn3"])
 def test_summary_shows_the_step_range_its_drivers_and_the_chips_own_calibration(chip: str) -> None:
     import neuron_studio  # noqa: F401

@@ -61,7 +61,33 @@ def test_op_table_and_module_tree(training_profile):
     tree = prof.module_tree()
     attn = tree[tree["key"] == "TransformerBlock.attn"].iloc[0]
     child = tree[tree["key"] == "TransformerBlock.attn.qkv"].iloc[0]
-    assert attn["device_ns"] >= child["device_ns"] and child["depth"] == attn["depth"] + 1
+    assert attn["per_step_device_ns"] >= child["per_step_device_ns"] and child["depth"] == attn["depth"] + 1
+    assert attn["per_step_device_ns"] >= attn["per_step_self_device_ns"] > 0
+    # modules named as every view names them: never a bare "(backward)" or an empty key
+    assert not {"", "(backward)", " (backward)"} & set(tree["key"])
+    assert "top level" in set(tree["key"]) and "top level (backward)" in set(tree["key"])
+    # per step: the module table's calls and times divided by the profiled steps
+    row = by_module.set_index("key").loc["TransformerBlock.attn.qkv"]
+    assert child["per_step_count"] == pytest.approx(row["count"] / prof.steps)
+    assert child["per_step_self_device_ns"] == pytest.approx(row["per_step_device_ns"])
+
+
+def test_module_tree_reads_the_same_whatever_the_number_of_profiled_steps():
+    torch.manual_seed(0)
+    model = TransformerBlock(32, 2).to("neuron")
+    x = torch.randn(2, 8, 32, device="neuron")
+
+    def step():
+        model(x).pow(2).mean().backward()
+
+    one, three = (profile(step, steps=n, warmup=1, host_events=False).module_tree() for n in (1, 3))
+    cols = ["key", "depth", "per_step_count", "per_step_self_device_ns", "per_step_device_ns", "per_step_flops",
+            "per_step_bytes"]
+    assert list(one["key"]) == list(three["key"]) and list(one["depth"]) == list(three["depth"])
+    exact = ["per_step_count", "per_step_flops", "per_step_bytes"]
+    assert np.allclose(one[exact].to_numpy(float), three[exact].to_numpy(float), rtol=1e-12)
+    times = ["per_step_self_device_ns", "per_step_device_ns"]   # modeled ns are whole per op: a ns of rounding
+    assert np.allclose(one[times].to_numpy(float), three[times].to_numpy(float), rtol=1e-3, atol=2.0)
 
 
 def test_engine_utilization_and_mfu(training_profile):

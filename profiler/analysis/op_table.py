@@ -1,6 +1,8 @@
 """Op table: where device and host time go, per aten op or per module path."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 
 from neuron_studio.profiler.analysis.group_mode import most_common
@@ -70,10 +72,21 @@ def op_table(ops: pd.DataFrame, *, by: str = "op", steps: int = 1, sort: str = "
     return out
 
 
-def module_tree(ops: pd.DataFrame) -> pd.DataFrame:
-    """One row per module path with depth, self and total device time (for a tree view)."""
-    t = op_table(ops, by="module")
-    t = t[t["key"] != ""].copy()
-    t["depth"] = t["key"].str.count(r"\.")
-    return t.sort_values("key").reset_index(drop=True)[["key", "depth", "count", "self_device_ns", "device_ns",
-                                                        "flops", "bytes", "share"]]
+def module_tree(ops: pd.DataFrame, *, steps: int = 1, label: Callable[[str], str] | None = None) -> pd.DataFrame:
+    """One row per module path with its depth and per-step calls, self and total device time, FLOPs and bytes (a
+    tree view). Per step, like the op table's `per_step_device_ns`, so the tree reads the same whatever the number
+    of profiled steps. `label` maps a recorded module to how views show it ("" -> "top level", `module_label`)."""
+    t = op_table(ops, by="module", steps=steps)
+    per = float(max(1, steps))
+    keys = t["key"].fillna("").astype(str)
+    out = pd.DataFrame({
+        "key": keys.map(label) if label is not None else keys,
+        "depth": keys.str.count(r"\."),
+        "per_step_count": t["count"] / per,
+        "per_step_self_device_ns": t["self_device_ns"] / per,
+        "per_step_device_ns": t["device_ns"] / per,
+        "per_step_flops": t["flops"] / per,
+        "per_step_bytes": t["bytes"] / per,
+        "share": t["share"],
+    })
+    return out.assign(_path=keys).sort_values("_path", kind="stable").drop(columns="_path").reset_index(drop=True)

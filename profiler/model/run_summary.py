@@ -75,6 +75,7 @@ class RunSummary:
     step_time_low_ns: float = 0.0     # step time with every unmeasured assumption at its low plausible value
     step_time_high_ns: float = 0.0    # ... and at its high plausible value
     range_drivers: dict[str, str] = field(default_factory=dict)   # assumption -> its range and share of the spread
+    busiest_core_launches: int = 0    # launches on the core with the most, over the whole run (every step)
     calibration_error: float | None = None  # geometric-mean error of the model over this chip's published measurements
     calibration: dict[str, object] = field(default_factory=dict)  # CalibrationSummary.to_dict() of this chip
 
