@@ -13,6 +13,7 @@ import importlib.machinery
 import importlib.util
 import math
 import os
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -40,6 +41,7 @@ __all__ = [
     "resolve_inside",
     "store_for_notebook",
     "store_label",
+    "shown_path",
     "list_runs",
     "get_run",
     "timeline",
@@ -261,7 +263,48 @@ def _run_row(record: Any, root_dir: str | os.PathLike[str], *, with_summary: boo
     row.pop("trace_dir", None)  # absolute server paths stay on the server
     if not with_summary:
         row.pop("summary", None)
-    return _finite(row)
+    return _finite(_imported_paths_shown(row, root_dir))
+
+
+def shown_path(root_dir: str | os.PathLike[str], path: str) -> str:
+    """A server path as the browser may see it: relative to the server root ('/'-separated), or, outside the
+    root, its file name (server paths stay on the server). A relative path is kept as given."""
+    p = Path(path)
+    if not p.is_absolute():
+        return path
+    root = _real_root(root_dir)
+    for candidate in (Path(os.path.normpath(p)), p.resolve()):
+        if candidate.is_relative_to(root):
+            return candidate.relative_to(root).as_posix() or "."
+    return p.name or path
+
+
+def _imported_paths_shown(row: dict[str, Any], root_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """An imported run names its traces by the absolute paths it read (its `cell_source`, `options.imported`, a
+    job's `ranks_analysis.inputs`, a Neuron profile's `measured_from` and notes): each of those paths, wherever the
+    row holds it, as `shown_path` says it. Other runs are returned as they are."""
+    if row.get("backend") != "imported":
+        return row
+    options = row.get("options") if isinstance(row.get("options"), dict) else {}
+    read = [line.strip() for line in str(row.get("cell_source") or "").splitlines()]
+    read += [str(p) for p in options.get("imported") or () if isinstance(p, (str, os.PathLike))]
+    shown = {p.rstrip("/"): shown_path(root_dir, p) for p in read if os.path.isabs(p) and p.rstrip("/")}
+    if not shown:
+        return row
+    # longest first (a trace inside an imported folder is said as itself); a whole path only, never a prefix of a
+    # longer name ("job-1" inside "job-10")
+    found = re.compile("(?:" + "|".join(map(re.escape, sorted(shown, key=len, reverse=True))) + r")(?![^\s/:;,'\")\]])")
+
+    def scrub(value: Any) -> Any:
+        if isinstance(value, str):
+            return found.sub(lambda m: shown[m.group(0)], value)
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return scrub(row)
 
 
 def list_runs(root_dir: str | os.PathLike[str], notebook_path: str, *, limit: int | None = None) -> dict[str, Any]:

@@ -39,6 +39,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         yield {"base": base, "spec": spec, "root": root}
 
 
+def _shown(where) -> str:  # noqa: ANN001 - a playwright Locator
+    """Everything `where` shows a user: its text and every tooltip in it."""
+    return where.evaluate("n => [n.innerText, ...[...n.querySelectorAll('[title]')].map(e => e.title)].join('\\n')")
+
+
 def test_import_a_job_folder_search_it_and_download_it_for_perfetto(lab: dict, page) -> None:  # noqa: ANN001
     page.goto(f"{lab['base']}/lab/workspaces/ns-import/tree/job.ipynb?reset&token={TOKEN}")
     page.locator(".jp-NotebookPanel").wait_for(timeout=30_000)
@@ -57,6 +62,10 @@ def test_import_a_job_folder_search_it_and_download_it_for_perfetto(lab: dict, p
     assert row.locator(".ns-Ranks").inner_text() == "3 ranks" and "job-7" in row.inner_text()
     assert "imported job (3 ranks)" in row.inner_text()
     assert panel.locator(".ns-DetailHeader h3").inner_text().startswith("job-7")
+    # the run's traces said relative to the server root, never its absolute server path (text or tooltip)
+    assert row.locator(".ns-CellPreview").inner_text().endswith("traces/job-7")
+    assert panel.locator(".ns-CellSource").inner_text() == "traces/job-7"
+    assert str(lab["root"]) not in _shown(panel)
 
     # search across the ranks: every rank's allreduce, earliest first, each opening its op
     job.locator(".ns-TraceSearch").fill("allreduce")
@@ -85,6 +94,12 @@ def test_import_a_job_folder_search_it_and_download_it_for_perfetto(lab: dict, p
     assert meta["ranks"] == [0, 1, 2] and meta["straggler"] == 1
     assert sum(1 for e in trace["traceEvents"] if e.get("ph") == "s") == lab["spec"].collectives
     panel.locator(".ns-PerfettoNote", has_text="Downloaded").wait_for()
+
+    # the sidebar lists the imported job without a server path either
+    page.locator(".jp-SideBar.jp-mod-left .lm-TabBar-tab[title*='Neuron']").click()
+    side = page.locator(".ns-Sidebar")
+    side.locator(".ns-SidebarUnowned .ns-SidebarRun").first.wait_for(timeout=15_000)
+    assert "job-7" in side.inner_text() and str(lab["root"]) not in _shown(side)
     assert page.errors == []  # type: ignore[attr-defined]
 
 
