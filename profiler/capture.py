@@ -1,4 +1,4 @@
-"""Capture: run code under torch.profiler and the device's OpEvent stream; end in a `Trace` value.
+"""Capture: run code under torch.profiler and the device's op events (drained as columns); end in a `Trace` value.
 
 Usable without IPython:
 
@@ -25,6 +25,7 @@ import pandas as pd
 import torch
 
 from neuron_studio import device as _device
+from neuron_studio.device.events import FLAG_BACKWARD, OpBatch
 from neuron_studio.profiler.kineto_log import without_kineto_markers
 from neuron_studio.profiler.memory_capture import MemoryRecorder, memory_frame
 from neuron_studio.profiler.module_tracker import ModuleTracker
@@ -35,16 +36,12 @@ __all__ = ["Capture", "profile", "sync_for_timing", "MODES"]
 
 
 
-def _forward_sources(events: list) -> dict[int, str]:
-    """autograd sequence number -> source line of the forward op that created that backward node."""
-    out: dict[int, str] = {}
-    for e in events:
-        if e.source is None:
-            continue
-        for t in e.tags:
-            if t.startswith("seq="):
-                out.setdefault(int(t[4:]), e.source)  # the first op after the counter moved made the node
-    return out
+def _forward_sources(batch: OpBatch) -> tuple[np.ndarray, np.ndarray]:
+    """(autograd sequence numbers, sorted; source line of the forward op that created each backward node)."""
+    has = (batch.autograd_seq >= 0) & np.not_equal(batch.source, None)
+    # the first op after the counter moved made the node
+    seqs, first = np.unique(batch.autograd_seq[has], return_index=True)
+    return seqs, batch.source[has][first]
 
 
 class Capture:
@@ -127,7 +124,7 @@ class Capture:
                 activities.append(torch.profiler.ProfilerActivity.PrivateUse1)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                # shapes and FLOPs come with the device's OpEvents; asking torch.profiler for them too
+                # shapes and FLOPs come with the device's op events; asking torch.profiler for them too
                 # doubles its parse time for nothing
                 self._prof = torch.profiler.profile(
                     activities=activities, record_shapes=False, with_flops=False, with_stack=self.with_stack
@@ -162,7 +159,7 @@ class Capture:
                 host = None
                 self._host_error = f"{type(e).__name__}: {e}"
             self._prof = None
-        events = self._sub.drain() if self._sub is not None else []
+        batch = self._sub.drain_columns() if self._sub is not None else OpBatch.empty()
         dropped = self._sub.dropped if self._sub is not None else 0
         if self._sub is not None:
             self._sub.close()
@@ -172,20 +169,30 @@ class Capture:
         if getattr(self, "_warnings", None) is not None:
             self._warnings.__exit__(None, None, None)
             self._warnings = None
-        seqs = np.fromiter((e.seq for e in events), dtype=np.int64, count=len(events))
+        seqs = batch.seq
         modules, phases = self._tracker.assign(seqs)
-        fwd_source = _forward_sources(events)
-        for i, e in enumerate(events):
-            if "backward" in e.tags:
-                phases[i] = "backward"
-                fwd = next((t for t in e.tags if t.startswith("fwd_seq=")), None)
-                path = self._tracker.module_of_forward(int(fwd[8:])) if fwd else ""
-                modules[i] = f"{path} (backward)" if path else "(backward)"
-                if fwd and e.source is None and int(fwd[8:]) in fwd_source:
-                    # the user line of the forward op this backward op differentiates
-                    events[i] = dataclasses.replace(e, source=fwd_source[int(fwd[8:])])
+        modules = np.asarray(modules, dtype=object)
+        phases = np.asarray(phases, dtype=object)
+        backward = np.flatnonzero(batch.flags & FLAG_BACKWARD)
+        source = batch.source
+        if len(backward):
+            phases[backward] = "backward"
+            fwd = batch.fwd_seq[backward]
+            known = fwd >= 0
+            paths = np.full(len(backward), "", dtype=object)
+            paths[known] = self._tracker.modules_of_forward(fwd[known])
+            modules[backward] = np.where(paths != "", paths + " (backward)", "(backward)")
+            # a backward op's source: the user line of the forward op it differentiates
+            fwd_seqs, fwd_lines = _forward_sources(batch)
+            if len(fwd_seqs):
+                pos = np.minimum(np.searchsorted(fwd_seqs, fwd), len(fwd_seqs) - 1)
+                fill = known & (fwd_seqs[pos] == fwd) & np.equal(source[backward], None)
+                if fill.any():
+                    source = source.copy()
+                    source[backward[fill]] = fwd_lines[pos[fill]]
+                    batch = dataclasses.replace(batch, source=source)
         steps = self._step_index(seqs)
-        ops = ops_frame(events, modules=modules, phases=phases, steps=steps.tolist())
+        ops = ops_frame(batch, modules=modules, phases=phases, steps=steps)
         memory = None
         if self._memory is not None and self._memory.active:
             memory = memory_frame(self._memory, ops, step_times=self._step_ns, warmup=self.warmup,

@@ -131,12 +131,16 @@ class ModuleTracker:
         self.handles = []
         self._modules_by_path = {}
 
-    def module_of_forward(self, autograd_seq: int) -> str:
-        """The module that was running when the forward op with this autograd sequence number ran."""
-        if not self.trans_autograd:
-            return ""
-        i = int(np.searchsorted(np.asarray(self.trans_autograd, dtype=np.int64), autograd_seq, side="right")) - 1
-        return self.trans_path[i] if i >= 0 else ""
+    def modules_of_forward(self, autograd_seqs: np.ndarray) -> np.ndarray:
+        """The module that was running when each forward op with these autograd sequence numbers ran."""
+        out = np.full(len(autograd_seqs), "", dtype=object)
+        if not self.trans_autograd or not len(autograd_seqs):
+            return out
+        i = np.searchsorted(np.asarray(self.trans_autograd, dtype=np.int64), autograd_seqs, side="right") - 1
+        paths = np.empty(len(self.trans_path), dtype=object)
+        paths[:] = self.trans_path
+        out[i >= 0] = paths[i[i >= 0]]
+        return out
 
     def assign(self, seqs: np.ndarray) -> tuple[list[str], list[str]]:
         """Module path and phase for each op sequence number."""

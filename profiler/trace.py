@@ -1,6 +1,6 @@
 """`Trace`: what a run recorded, as plain columnar tables plus metadata. Parsed once, analysed many times.
 
-- `ops`: one row per op executed on the `neuron` device (from the device's OpEvents, or imported),
+- `ops`: one row per op executed on the `neuron` device (from the device's op events, or imported),
   with the model's derived sizes (in_bytes, out_bytes, elems, itemsize, dtype_class) so that it can be
   re-modeled without shapes, plus where it came from (module path, phase, user source line).
 - `host`: host-side events from torch.profiler (or an imported Chrome trace): name, thread, times, shapes.
@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from neuron_studio.device.events import FLAG_BACKWARD, FLAG_DETERMINISTIC, OpBatch
 
 __all__ = ["Trace", "TraceFormatError", "OPS_COLUMNS", "HOST_COLUMNS", "COMPILE_COLUMNS", "MEMORY_COLUMNS",
            "ops_frame"]
@@ -158,68 +160,92 @@ def _norm(v: Any) -> Any:
     return v
 
 
-def ops_frame(events: list, *, modules: list[str] | None = None, phases: list[str] | None = None,
-              steps: list[int] | None = None) -> pd.DataFrame:
-    """OpEvents -> the `ops` table (shapes kept as strings for display; sizes derived for the model)."""
-    from neuron_studio.profiler.model.columns import events_to_columns
+def ops_frame(batch: OpBatch, *, modules: list[str] | None = None, phases: list[str] | None = None,
+              steps: list[int] | np.ndarray | None = None) -> pd.DataFrame:
+    """Drained op events -> the `ops` table (shapes kept as strings for display; sizes derived for the model).
 
-    cols = events_to_columns(events)
-    n = len(events)
+    What the ops of one signature share (name, shapes, dtypes, sizes, FLOPs, policies) is computed once per
+    signature and broadcast to its rows; the per-row columns are the batch's arrays."""
+    from neuron_studio.profiler.model.ops import classify_engine, shape_stats
+
+    sigs = batch.signatures
+    at = batch.signature
+    n = len(batch)
+
+    def per_sig(values: list, dtype: object = object) -> np.ndarray:
+        arr = np.empty(len(sigs), dtype=dtype)
+        arr[:] = values
+        return arr[at]
+
+    stats = [shape_stats(s.name, classify_engine(s.name, s.is_view), s.input_shapes, s.input_dtypes,
+                         s.output_shapes, s.output_dtypes, s.flops) for s in sigs]
+    in_b, out_b, elems, itemsize, dclass, flops = (list(c) for c in zip(*stats)) if stats else ([],) * 6
+    reads, writes = _storage_columns(batch)
     df = pd.DataFrame({
-        "seq": cols.seq,
-        "name": cols.name_array(),
-        "overload": [e.overload for e in events],
-        "start_ns": cols.start_ns,
-        "end_ns": cols.end_ns,
-        "thread": np.asarray([e.thread for e in events], dtype=np.int64),
-        "device_index": cols.core,
-        "input_shapes": [_shapes_str(e.input_shapes) for e in events],
-        "input_dtypes": [",".join(e.input_dtypes) for e in events],
-        "output_shapes": [_shapes_str(e.output_shapes) for e in events],
-        "output_dtypes": [",".join(e.output_dtypes) for e in events],
-        "flops": cols.flops,
-        "in_bytes": cols.in_bytes,
-        "out_bytes": cols.out_bytes,
-        "elems": cols.elems,
-        "itemsize": cols.itemsize,
-        "dtype_class": cols.dtype_class,
-        "is_view": cols.is_view,
-        "is_inplace": np.asarray([e.is_inplace for e in events], dtype=bool),
-        "sync": [e.sync for e in events],
-        "transfer": [e.transfer for e in events],
-        "transfer_bytes": cols.transfer_bytes,
-        "fallback": [e.fallback for e in events],
-        "source": [e.source for e in events],
-        "graph": cols.graph,
-        "deterministic": cols.deterministic,
-        "phase": phases if phases is not None else [_phase(e) for e in events],
+        "seq": batch.seq,
+        "name": per_sig([s.name for s in sigs]),
+        "overload": per_sig([s.overload for s in sigs]),
+        "start_ns": batch.start_ns,
+        "end_ns": batch.end_ns,
+        "thread": batch.thread,
+        "device_index": batch.device_index,
+        "input_shapes": per_sig([_shapes_str(s.input_shapes) for s in sigs]),
+        "input_dtypes": per_sig([",".join(s.input_dtypes) for s in sigs]),
+        "output_shapes": per_sig([_shapes_str(s.output_shapes) for s in sigs]),
+        "output_dtypes": per_sig([",".join(s.output_dtypes) for s in sigs]),
+        "flops": per_sig(flops, np.float64),
+        "in_bytes": per_sig(in_b, np.float64),
+        "out_bytes": per_sig(out_b, np.float64),
+        "elems": per_sig(elems, np.float64),
+        "itemsize": per_sig(itemsize, np.int8),
+        "dtype_class": per_sig(dclass, np.int8),
+        "is_view": per_sig([s.is_view for s in sigs], bool),
+        "is_inplace": per_sig([s.is_inplace for s in sigs], bool),
+        "sync": per_sig([s.sync for s in sigs]),
+        "transfer": per_sig([s.transfer for s in sigs]),
+        "transfer_bytes": batch.transfer_bytes.astype(np.float64),
+        "fallback": per_sig([s.fallback for s in sigs]),
+        "source": batch.source,
+        "graph": batch.graph,
+        "deterministic": (batch.flags & FLAG_DETERMINISTIC) != 0,
+        "phase": phases if phases is not None else np.where(batch.flags & FLAG_BACKWARD, "backward", "forward")
+        .astype(object),
         "module": modules if modules is not None else [""] * n,
-        "step": np.asarray(steps if steps is not None else [0] * n, dtype=np.int32),
-        "tags": [",".join(e.tags) for e in events],
+        "step": np.asarray(steps if steps is not None else np.zeros(n), dtype=np.int32),
+        "tags": [",".join(t) for t in batch.tags()],
+        "reads": reads,
+        "writes": writes,
     })
-    df["reads"], df["writes"] = _storage_columns(events)
     return df
 
 
-def _storage_columns(events: list) -> tuple[list[str | None], list[str | None]]:
+def _storage_columns(batch: OpBatch) -> tuple[list[str | None], list[str | None]]:
     """The storages each op read and wrote, renumbered 1, 2, ... in order of first use ("3,7"; None when the
     device did not record them): the model's data dependencies between the ops of one launch."""
-    ids: dict[int, int] = {}
-
-    def enc(v: tuple[int, ...] | None) -> str | None:
-        if v is None:
-            return None
-        return ",".join(str(ids.setdefault(x, len(ids) + 1)) for x in v)
-
-    reads, writes = [], []
-    for e in events:
-        reads.append(enc(e.reads))
-        writes.append(enc(e.writes))
+    n = len(batch)
+    r_off, w_off = batch.reads_offsets, batch.writes_offsets
+    r_len, w_len = np.diff(r_off), np.diff(w_off)
+    # each row's reads, then its writes: the order ids are numbered in
+    start = r_off[:-1] + w_off[:-1]
+    ids = np.empty(len(batch.reads) + len(batch.writes), dtype=np.int64)
+    ids[np.repeat(start - r_off[:-1], r_len) + np.arange(len(batch.reads))] = batch.reads
+    ids[np.repeat(start + r_len - w_off[:-1], w_len) + np.arange(len(batch.writes))] = batch.writes
+    if len(ids):
+        _, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(1, len(first) + 1)
+        text = rank[inverse.reshape(-1)].astype(str).tolist()
+    else:
+        text = []
+    keep = [s.records_storages for s in batch.signatures]
+    starts, r_ends, w_ends = start.tolist(), (start + r_len).tolist(), (start + r_len + w_len).tolist()
+    reads: list[str | None] = [None] * n
+    writes: list[str | None] = [None] * n
+    for i, s in enumerate(batch.signature.tolist()):
+        if keep[s]:
+            reads[i] = ",".join(text[starts[i]:r_ends[i]])
+            writes[i] = ",".join(text[r_ends[i]:w_ends[i]])
     return reads, writes
-
-
-def _phase(e: Any) -> str:
-    return "backward" if "backward" in e.tags else "forward"
 
 
 def _shapes_str(shapes: tuple) -> str:

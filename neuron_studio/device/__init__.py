@@ -10,7 +10,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 
 from neuron_studio.device.errors import BackendError, UnsupportedMemoryFormatError
-from neuron_studio.device.events import EventBus, OpEvent, Subscription
+from neuron_studio.device.events import EventBus, OpBatch, OpEvent, Subscription
 from neuron_studio.device.targets import TARGETS, Target, target_for
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "UnsupportedMemoryFormatError",
     "DeviceInfo",
     "OpEvent",
+    "OpBatch",
     "Subscription",
     "backend",
     "register",
@@ -131,7 +132,8 @@ def register() -> _Registry:
 
 
 def subscribe(capacity: int = 1_000_000, with_source: bool = False) -> Subscription:
-    """Receive the OpEvents of every op the device runs from now on (until `.close()`)."""
+    """Receive the events of every op the device runs from now on (until `.close()`): `drain()` returns them as
+    OpEvent objects, `drain_columns()` as an OpBatch (columns, what the profiler reads)."""
     return register().bus.subscribe(capacity=capacity, with_source=with_source)
 
 

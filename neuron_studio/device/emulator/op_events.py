@@ -1,16 +1,17 @@
-"""The emulator's op events: rows recorded in C++ (csrc/Module.cpp) turned into OpEvents when drained.
+"""The emulator's op events: columns recorded in C++ (csrc/Module.cpp) completed into an OpBatch when drained.
 
 C++ records what it knows without Python (name, shapes, strides, dtypes, storages read/written, timing, syncs,
-transfers, autograd tags, the user's source line when asked); the fields that rest on Python data are computed
-here, once per drained event: TorchNeuron's policies from the op-coverage file (CPU fallbacks, host round trips
-of 64-bit casts, eager cast tags), FLOPs by torch's own formulas (from the argument metadata C++ keeps for the
-ops that have one), and the extra fields of attention ops and collectives (`RECORD_EXTRA`).
+transfers, autograd flags, the user's source line when asked) and hands the rows over as columns plus a table of
+distinct op signatures. The fields that rest on Python data are computed here once per signature, not per op:
+TorchNeuron's policies from the op-coverage file (CPU fallbacks, host round trips of 64-bit casts, eager cast
+tags), FLOPs by torch's own formulas (from the argument metadata C++ keeps for the ops that have one), and the
+extra fields of attention ops and collectives (`RECORD_EXTRA`); source lines once per distinct line.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch.utils.flop_counter import flop_registry
 
@@ -20,10 +21,11 @@ from neuron_studio.device.emulator.attention import ATTENTION_RECORD_EXTRA
 
 __all__ = ["NativeEventSource", "RECORD_EXTRA", "keep_args_ops"]
 
-# op -> fn(func, args, kwargs, out) -> OpEvent fields to set (attention tags; collectives: filled by
-# emulator.distributed.install()). args/out hold meta tensors: shapes, strides and dtypes, no data.
+# op -> fn(func, args, kwargs, out) -> the fields its events get: "tags" (appended) and "transfer_bytes"
+# (attention tags; collectives: filled by emulator.distributed.install()). args/out hold meta tensors: shapes,
+# strides and dtypes, no data.
 RECORD_EXTRA: dict[Any, Callable[..., dict]] = dict(ATTENTION_RECORD_EXTRA)
-_MARKERS = frozenset({"aten::_print", "aten::tolist", "neuron::synchronize"})
+_EXTRA_FIELDS = frozenset({"tags", "transfer_bytes"})
 
 
 def keep_args_ops() -> list[str]:
@@ -51,15 +53,48 @@ class NativeEventSource:
     def set_graph(self, graph: int) -> None:
         self._C.set_current_graph(graph)
 
-    def take(self) -> tuple[list[ev.OpEvent], int]:
-        rows, dropped = self._C.take_events()
-        out = []
-        for row in rows:
+    def take(self) -> tuple[ev.OpBatch, int]:
+        cols = self._C.take_columns()
+        n = cols["n"]
+        if not n:
+            return ev.OpBatch.empty(), cols["dropped"]
+
+        def col(key: str, dtype: Any) -> np.ndarray:
+            return np.frombuffer(cols[key], dtype=dtype)
+
+        signature = col("sig", np.int32)
+        sigs: list[ev.OpSignature | None] = []
+        sig_bytes: list[int | None] = []
+        for row in cols["signatures"]:
             try:
-                out.append(self._event(row))
-            except Exception:  # noqa: BLE001 - one event that cannot be completed must not lose the rest
-                self._bus.record_errors += 1
-        return out, dropped
+                sig, nbytes = self._signature(row)
+            except Exception:  # noqa: BLE001 - one op that cannot be completed must not lose the rest
+                sig, nbytes = None, None
+            sigs.append(sig)
+            sig_bytes.append(nbytes)
+        transfer_bytes = col("transfer_bytes", np.int64)
+        if any(b is not None for b in sig_bytes):  # the op's own message size (collectives)
+            own = np.array([-1 if b is None else b for b in sig_bytes], dtype=np.int64)[signature]
+            transfer_bytes = np.where(own >= 0, own, transfer_bytes)
+        namer = self._bus.source_namer
+        names = np.empty(len(cols["sources"]) + 1, dtype=object)  # the last entry (index -1): no source
+        names[:-1] = [f"{file}:{line}" if namer is None else namer(file, line) for file, line in cols["sources"]]
+        batch = ev.OpBatch(
+            seq=col("seq", np.int64), start_ns=col("t0", np.int64), end_ns=col("t1", np.int64),
+            thread=col("thread", np.int64), device_index=col("device", np.int32), graph=col("graph", np.int64),
+            transfer_bytes=transfer_bytes, signature=signature,
+            signatures=tuple(s if s is not None else _FAILED for s in sigs),
+            source=names[col("source", np.int32)], flags=col("flags", np.uint8),
+            autograd_seq=col("autograd_seq", np.int64), fwd_seq=col("fwd_seq", np.int64),
+            reads_offsets=col("reads_offsets", np.int64), reads=col("reads", np.int64),
+            writes_offsets=col("writes_offsets", np.int64), writes=col("writes", np.int64),
+        )
+        failed = [i for i, s in enumerate(sigs) if s is None]
+        if failed:
+            lost = np.isin(signature, failed)
+            self._bus.record_errors += int(lost.sum())
+            batch = batch.take(np.flatnonzero(~lost))
+        return batch, cols["dropped"]
 
     def _policy(self, name: str, in_dtypes: tuple, out_dtypes: tuple, eager: bool) -> tuple:
         """TorchNeuron's policies for one op and dtypes: (fallback reason, host round trip?, cast tags)."""
@@ -89,19 +124,19 @@ class NativeEventSource:
             self._ops[key] = op
         return op
 
-    def _event(self, row: tuple) -> ev.OpEvent:
-        (seq, name, overload, t0, t1, thread, device, in_shapes, in_dtypes, out_shapes, out_dtypes, is_view,
-         is_inplace, sync, transfer, transfer_bytes, source, graph, tags, reads, writes, in_strides, args,
-         outs) = row
+    def _signature(self, row: tuple) -> tuple[ev.OpSignature, int | None]:
+        """One signature's OpEvent fields, and the message size its ops move (collectives; None: the row's)."""
+        (name, overload, in_shapes, in_dtypes, out_shapes, out_dtypes, in_strides, is_view, is_inplace, sync,
+         transfer, in_graph, is_marker, args, outs) = row
         fallback = None
         flops = 0
-        extra = None
-        if name not in _MARKERS:
+        cast_tags: tuple[str, ...] = ()
+        extra: dict = {}
+        if not is_marker:
             fallback, round_trip, cast_tags = self._policy(name, in_dtypes, out_dtypes,
-                                                           transfer is None and graph < 0)
+                                                           transfer is None and not in_graph)
             if round_trip:
                 sync = ev.SYNC_HOST_ROUND_TRIP
-            tags = cast_tags + tags
             if args is not None:
                 func = self._op(name, overload)
                 if func is not None:
@@ -110,25 +145,21 @@ class NativeEventSource:
                     flops = _flops(func, pos, kw, out)
                     hook = RECORD_EXTRA.get(func)
                     if hook is not None:
-                        extra = hook(func, pos, kw, out)
-        if name == "neuron::synchronize":
-            source = None  # a sync is the device's, not a line of the program (the profiler's own sync is too)
-        if source is not None and self._bus.source_namer is not None:
-            file, _, line = source.rpartition(":")
-            source = self._bus.source_namer(file, int(line))
-        event = ev.OpEvent(
-            seq=seq, name=name, overload=overload, start_ns=t0, end_ns=t1, thread=thread, device_index=device,
-            input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes, output_dtypes=out_dtypes,
-            flops=flops, is_view=is_view, is_inplace=is_inplace, sync=sync, transfer=transfer,
-            transfer_bytes=transfer_bytes, fallback=fallback, source=source, graph=graph, tags=tags,
-            reads=reads if name not in _MARKERS else None, writes=writes if name not in _MARKERS else None,
-            input_strides=in_strides,
-        )
-        if extra:
-            extra = dict(extra)
-            extra["tags"] = event.tags + tuple(extra.get("tags", ()))
-            event = dataclasses.replace(event, **extra)
-        return event
+                        extra = dict(hook(func, pos, kw, out))
+                        unknown = set(extra) - _EXTRA_FIELDS
+                        if unknown:
+                            raise ValueError(f"record hook of {name} set unknown fields {sorted(unknown)}")
+        sig = ev.OpSignature(
+            name=name, overload=overload, input_shapes=in_shapes, input_dtypes=in_dtypes, output_shapes=out_shapes,
+            output_dtypes=out_dtypes, input_strides=in_strides, flops=flops, is_view=is_view, is_inplace=is_inplace,
+            sync=sync, transfer=transfer, fallback=fallback, tags_before=cast_tags,
+            tags_after=tuple(extra.get("tags", ())), records_storages=not is_marker)
+        nbytes = extra.get("transfer_bytes")
+        return sig, None if nbytes is None else int(nbytes)
+
+
+# the signature of ops whose fields could not be computed (their rows are dropped and counted)
+_FAILED = ev.OpSignature(name="", overload="", input_shapes=(), input_dtypes=(), output_shapes=(), output_dtypes=())
 
 
 def _split(func: Any, args: tuple) -> tuple[list, dict]:

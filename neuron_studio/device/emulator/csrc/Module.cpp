@@ -1,9 +1,11 @@
 // Python bindings of the emulated device (`neuron_studio.device.emulator._C`) and the op-event recorder.
 //
 // The recorder keeps one row per op (name, shapes, strides, dtypes, storages read/written, timing, sync and
-// transfer codes, tags) in a bounded buffer while a subscriber listens; with `want_source` it also notes the
-// innermost Python frame outside torch and the studio (code object + line). Python turns the rows into
-// OpEvents when a subscription drains (neuron_studio/device/events.py).
+// transfer codes, autograd flags and sequence numbers) in a bounded buffer while a subscriber listens; with
+// `want_source` it also notes the innermost Python frame outside torch and the studio (code object + line).
+// A drain hands the rows over as columns (`take_columns`): numeric arrays, one entry per row, plus the table of
+// distinct op signatures (op, shapes, strides, dtypes, kept arguments) the rows point into, so Python does its
+// per-op work (TorchNeuron's policies, FLOPs) once per signature (neuron_studio/device/emulator/op_events.py).
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -12,6 +14,7 @@
 #include <torch/extension.h>
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -58,7 +61,8 @@ struct Row {
   std::vector<int64_t> dims;  // per tensor: ndim, sizes..., strides...
   std::vector<int8_t> dtypes;
   std::vector<int64_t> reads, writes;
-  std::vector<std::string> tags;
+  uint8_t flags = 0;
+  int64_t autograd_seq = -1, fwd_seq = -1;
   c10::IValue args, outs;
   PyObject* code = nullptr;  // a strong reference, released under the GIL
   int line = 0;
@@ -161,10 +165,12 @@ void record(RecordedOp&& r) {
   for (const auto& t : r.outputs) describe(row, t);
   row.reads = std::move(r.reads);
   row.writes = std::move(r.writes);
-  row.tags = std::move(r.tags);
+  row.flags = r.flags;
+  row.autograd_seq = r.autograd_seq;
+  row.fwd_seq = r.fwd_seq;
   row.args = std::move(r.args);
   row.outs = std::move(r.outs);
-  if (g_want_source.load(std::memory_order_relaxed)) note_source(row);
+  if (r.user_line && g_want_source.load(std::memory_order_relaxed)) note_source(row);
   row.seq = next_seq();
   push(std::move(row));
 }
@@ -176,7 +182,8 @@ void record_sync(c10::DeviceIndex device, bool timing) {
   r.t0 = r.t1 = now_ns();
   r.device = device;
   r.sync = 4;
-  if (timing) r.tags.emplace_back("timing_sync");
+  r.user_line = false;  // a sync is the device's, not a line of the program (the profiler's own sync is too)
+  if (timing) r.flags |= kFlagTimingSync;
   record(std::move(r));
 }
 
@@ -248,8 +255,9 @@ PyObject* kept_to_python(const c10::IValue& v, const Row& row) {
   }
 }
 
-// One row as the tuple neuron_studio/device/emulator/op_events.py unpacks (raw C API: this runs per event).
-py::tuple row_tuple(Row& row) {
+// The signature of one row's op as the tuple neuron_studio/device/emulator/op_events.py unpacks: what rows
+// with equal keys (`signature_key`) share.
+py::tuple signature_tuple(const Row& row) {
   const size_t n = static_cast<size_t>(row.n_in) + row.n_out;
   PyObject* in_shapes = PyTuple_New(row.n_in);
   PyObject* in_strides = PyTuple_New(row.n_in);
@@ -270,17 +278,6 @@ py::tuple row_tuple(Row& row) {
     }
     k += 2 * nd;
   }
-  PyObject* source = new_ref(Py_None);
-  if (row.code != nullptr) {
-    auto* code = reinterpret_cast<PyCodeObject*>(row.code);
-    Py_DECREF(source);
-    source = PyUnicode_FromFormat("%U:%d", code->co_filename, row.line);
-    Py_DECREF(row.code);
-    row.code = nullptr;
-  }
-  PyObject* tags = PyTuple_New(static_cast<Py_ssize_t>(row.tags.size()));
-  for (size_t i = 0; i < row.tags.size(); ++i)
-    PyTuple_SET_ITEM(tags, i, PyUnicode_FromStringAndSize(row.tags[i].data(), row.tags[i].size()));
   PyObject* name = row.op != nullptr ? new_ref(name_of(row.op, false)) : PyUnicode_FromString(row.marker);
   PyObject* overload = row.op != nullptr ? new_ref(name_of(row.op, true)) : PyUnicode_FromString("default");
   PyObject* args = kept_to_python(row.args, row);
@@ -288,32 +285,117 @@ py::tuple row_tuple(Row& row) {
   const bool is_view = row.op != nullptr && row.op->is_view;
   const bool is_inplace = row.op != nullptr && row.op->is_inplace;
   auto name_or_none = [](const char* s) { return s == nullptr ? new_ref(Py_None) : PyUnicode_InternFromString(s); };
-  PyObject* t = PyTuple_New(24);
-  PyTuple_SET_ITEM(t, 0, PyLong_FromLongLong(row.seq));
-  PyTuple_SET_ITEM(t, 1, name);
-  PyTuple_SET_ITEM(t, 2, overload);
-  PyTuple_SET_ITEM(t, 3, PyLong_FromLongLong(row.t0));
-  PyTuple_SET_ITEM(t, 4, PyLong_FromLongLong(row.t1));
-  PyTuple_SET_ITEM(t, 5, PyLong_FromUnsignedLongLong(row.thread));
-  PyTuple_SET_ITEM(t, 6, PyLong_FromLong(row.device));
-  PyTuple_SET_ITEM(t, 7, in_shapes);
-  PyTuple_SET_ITEM(t, 8, in_dtypes);
-  PyTuple_SET_ITEM(t, 9, out_shapes);
-  PyTuple_SET_ITEM(t, 10, out_dtypes);
-  PyTuple_SET_ITEM(t, 11, PyBool_FromLong(is_view));
-  PyTuple_SET_ITEM(t, 12, PyBool_FromLong(is_inplace));
-  PyTuple_SET_ITEM(t, 13, name_or_none(kSyncNames[row.sync]));
-  PyTuple_SET_ITEM(t, 14, name_or_none(kTransferNames[row.transfer]));
-  PyTuple_SET_ITEM(t, 15, PyLong_FromLongLong(row.transfer_bytes));
-  PyTuple_SET_ITEM(t, 16, source);
-  PyTuple_SET_ITEM(t, 17, PyLong_FromLongLong(row.graph));
-  PyTuple_SET_ITEM(t, 18, tags);
-  PyTuple_SET_ITEM(t, 19, int_tuple(row.reads.data(), row.reads.size()));
-  PyTuple_SET_ITEM(t, 20, int_tuple(row.writes.data(), row.writes.size()));
-  PyTuple_SET_ITEM(t, 21, in_strides);
-  PyTuple_SET_ITEM(t, 22, args);
-  PyTuple_SET_ITEM(t, 23, outs);
+  PyObject* t = PyTuple_New(15);
+  PyTuple_SET_ITEM(t, 0, name);
+  PyTuple_SET_ITEM(t, 1, overload);
+  PyTuple_SET_ITEM(t, 2, in_shapes);
+  PyTuple_SET_ITEM(t, 3, in_dtypes);
+  PyTuple_SET_ITEM(t, 4, out_shapes);
+  PyTuple_SET_ITEM(t, 5, out_dtypes);
+  PyTuple_SET_ITEM(t, 6, in_strides);
+  PyTuple_SET_ITEM(t, 7, PyBool_FromLong(is_view));
+  PyTuple_SET_ITEM(t, 8, PyBool_FromLong(is_inplace));
+  PyTuple_SET_ITEM(t, 9, name_or_none(kSyncNames[row.sync]));
+  PyTuple_SET_ITEM(t, 10, name_or_none(kTransferNames[row.transfer]));
+  PyTuple_SET_ITEM(t, 11, PyBool_FromLong(row.graph >= 0));
+  PyTuple_SET_ITEM(t, 12, PyBool_FromLong(row.op == nullptr));
+  PyTuple_SET_ITEM(t, 13, args);
+  PyTuple_SET_ITEM(t, 14, outs);
   return py::reinterpret_steal<py::tuple>(t);
+}
+
+template <typename T>
+void put(std::string& k, const T& v) {
+  k.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// Appends a kept argument's identity to a signature key: values, and tensors' metadata (kept arguments hold
+// meta tensors); a custom-class object (a process group) by its address. False for a value it cannot name
+// (the row then gets a signature of its own).
+bool put_ivalue(std::string& k, const c10::IValue& v) {
+  if (v.isNone()) {
+    k.push_back('N');
+  } else if (v.isBool()) {
+    k.push_back('b');
+    put(k, static_cast<int8_t>(v.toBool()));
+  } else if (v.isInt()) {
+    k.push_back('i');
+    put(k, v.toInt());
+  } else if (v.isDouble()) {
+    k.push_back('d');
+    put(k, v.toDouble());
+  } else if (v.isString()) {
+    const auto& s = v.toStringRef();
+    k.push_back('s');
+    put(k, static_cast<int64_t>(s.size()));
+    k.append(s);
+  } else if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.defined()) {
+      k.push_back('u');
+      return true;
+    }
+    if (t.layout() != at::kStrided) return false;
+    k.push_back('t');
+    put(k, static_cast<int64_t>(t.dim()));
+    for (auto x : t.sizes()) put(k, static_cast<int64_t>(x));
+    for (auto x : t.strides()) put(k, static_cast<int64_t>(x));
+    put(k, static_cast<int8_t>(t.scalar_type()));
+    put(k, static_cast<int8_t>(t.device().type()));
+  } else if (v.isDevice()) {
+    k.push_back('D');
+    put(k, static_cast<int8_t>(v.toDevice().type()));
+    put(k, static_cast<int8_t>(v.toDevice().index()));
+  } else if (v.isList()) {
+    auto list = v.toListRef();
+    k.push_back('L');
+    put(k, static_cast<int64_t>(list.size()));
+    for (const auto& e : list)
+      if (!put_ivalue(k, e)) return false;
+  } else if (v.isTuple()) {
+    const auto& elems = v.toTupleRef().elements();
+    k.push_back('T');
+    put(k, static_cast<int64_t>(elems.size()));
+    for (const auto& e : elems)
+      if (!put_ivalue(k, e)) return false;
+  } else if (v.isObject() || v.isCapsule()) {
+    k.push_back('O');
+    put(k, reinterpret_cast<uintptr_t>(v.internalToPointer()));
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The key of a row's signature: everything of the row Python turns into per-op fields once per signature.
+void signature_key(std::string& k, const Row& row, size_t index) {
+  k.clear();
+  put(k, reinterpret_cast<uintptr_t>(row.op != nullptr ? static_cast<const void*>(row.op)
+                                                        : static_cast<const void*>(row.marker)));
+  put(k, row.sync);
+  put(k, row.transfer);
+  put(k, static_cast<int8_t>(row.graph >= 0));
+  put(k, row.n_in);
+  put(k, row.n_out);
+  k.append(reinterpret_cast<const char*>(row.dims.data()), row.dims.size() * sizeof(int64_t));
+  k.append(reinterpret_cast<const char*>(row.dtypes.data()), row.dtypes.size());
+  if (row.op != nullptr && row.op->keep_args) {
+    bool named = false;
+    try {
+      named = put_ivalue(k, row.args) && put_ivalue(k, row.outs);
+    } catch (const std::exception&) {
+      named = false;
+    }
+    if (!named) {
+      k.push_back('!');
+      put(k, static_cast<int64_t>(index));  // unique: not shared with any other row
+    }
+  }
+}
+
+template <typename T>
+py::bytes column(const std::vector<T>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
 }
 
 void release_pending() {  // GIL held
@@ -325,7 +407,12 @@ void release_pending() {  // GIL held
   for (auto* o : pending) Py_DECREF(o);
 }
 
-py::tuple take_events() {
+// The rows recorded since the last call, as columns (raw native-endian bytes, read with numpy.frombuffer):
+// per row seq, t0, t1, thread, graph, transfer_bytes, autograd_seq, fwd_seq (int64), device, sig, source
+// (int32: indexes into `signatures` / `sources`, -1 no source), flags (uint8), and the storages read and
+// written as flat int64 lists with n+1 offsets; `signatures` one tuple per distinct op signature
+// (signature_tuple), `sources` one (filename, line) per distinct source line; `dropped` rows lost meanwhile.
+py::dict take_columns() {
   std::deque<Row> rows;
   int64_t dropped;
   {
@@ -335,10 +422,81 @@ py::tuple take_events() {
     g_dropped = 0;
   }
   release_pending();
-  PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows.size()));
+  const size_t n = rows.size();
+  std::vector<int64_t> seq(n), t0(n), t1(n), thread(n), graph(n), tbytes(n), aseq(n), fseq(n);
+  std::vector<int64_t> roff(n + 1, 0), woff(n + 1, 0), reads, writes;
+  std::vector<int32_t> device(n), sig(n), source(n);
+  std::vector<uint8_t> flags(n);
+  std::unordered_map<std::string, int32_t> sig_index;
+  std::vector<const Row*> sig_rows;
+  std::map<std::pair<PyObject*, int>, int32_t> source_index;
+  std::vector<std::pair<PyObject*, int>> source_list;
+  std::string key;
+  key.reserve(256);
   size_t i = 0;
-  for (auto& r : rows) PyList_SET_ITEM(out, i++, row_tuple(r).release().ptr());
-  return py::make_tuple(py::reinterpret_steal<py::list>(out), dropped);
+  for (const Row& row : rows) {
+    seq[i] = row.seq;
+    t0[i] = row.t0;
+    t1[i] = row.t1;
+    thread[i] = static_cast<int64_t>(row.thread);
+    graph[i] = row.graph;
+    tbytes[i] = row.transfer_bytes;
+    aseq[i] = row.autograd_seq;
+    fseq[i] = row.fwd_seq;
+    device[i] = row.device;
+    flags[i] = row.flags;
+    reads.insert(reads.end(), row.reads.begin(), row.reads.end());
+    writes.insert(writes.end(), row.writes.begin(), row.writes.end());
+    roff[i + 1] = static_cast<int64_t>(reads.size());
+    woff[i + 1] = static_cast<int64_t>(writes.size());
+    signature_key(key, row, i);
+    auto it = sig_index.find(key);
+    if (it == sig_index.end()) {
+      it = sig_index.emplace(key, static_cast<int32_t>(sig_rows.size())).first;
+      sig_rows.push_back(&row);
+    }
+    sig[i] = it->second;
+    source[i] = -1;
+    if (row.code != nullptr) {
+      auto s = source_index.emplace(std::make_pair(row.code, row.line), static_cast<int32_t>(source_list.size()));
+      if (s.second) source_list.emplace_back(row.code, row.line);
+      source[i] = s.first->second;
+    }
+    ++i;
+  }
+  py::list signatures(sig_rows.size());
+  for (size_t j = 0; j < sig_rows.size(); ++j) signatures[j] = signature_tuple(*sig_rows[j]);
+  py::list sources(source_list.size());
+  for (size_t j = 0; j < source_list.size(); ++j) {
+    auto* code = reinterpret_cast<PyCodeObject*>(source_list[j].first);
+    sources[j] = py::make_tuple(py::reinterpret_borrow<py::object>(code->co_filename), source_list[j].second);
+  }
+  for (Row& row : rows) {
+    if (row.code != nullptr) Py_DECREF(row.code);
+    row.code = nullptr;
+  }
+  py::dict out;
+  out["n"] = n;
+  out["dropped"] = dropped;
+  out["seq"] = column(seq);
+  out["t0"] = column(t0);
+  out["t1"] = column(t1);
+  out["thread"] = column(thread);
+  out["graph"] = column(graph);
+  out["transfer_bytes"] = column(tbytes);
+  out["autograd_seq"] = column(aseq);
+  out["fwd_seq"] = column(fseq);
+  out["device"] = column(device);
+  out["sig"] = column(sig);
+  out["source"] = column(source);
+  out["flags"] = column(flags);
+  out["reads_offsets"] = column(roff);
+  out["reads"] = column(reads);
+  out["writes_offsets"] = column(woff);
+  out["writes"] = column(writes);
+  out["signatures"] = signatures;
+  out["sources"] = sources;
+  return out;
 }
 
 void set_recording(bool active, bool want_source, int64_t capacity) {
@@ -445,7 +603,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return py::int_(b->id);
   });
   m.def("set_recording", &set_recording);
-  m.def("take_events", &take_events);
+  m.def("take_columns", &take_columns);
   m.def("set_quiet", [](bool q) {
     bool prev = quiet();
     set_quiet(q);

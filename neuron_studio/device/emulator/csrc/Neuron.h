@@ -117,6 +117,9 @@ struct OpInfo {
 const OpInfo& op_info(const c10::OperatorHandle& op);
 void set_keep_args_ops(const std::vector<std::string>& names);
 
+// Row flags (the profiler reads them as the tags "deterministic", "backward", "timing_sync").
+constexpr uint8_t kFlagDeterministic = 1, kFlagBackward = 2, kFlagTimingSync = 4;
+
 // Arguments/outputs of one op as the recorder sees them (tensor metadata only; values for kept args).
 struct RecordedOp {
   const OpInfo* op = nullptr;
@@ -127,7 +130,10 @@ struct RecordedOp {
   int64_t transfer_bytes = 0;
   std::vector<at::Tensor> inputs, outputs;  // described, never kept
   std::vector<int64_t> reads, writes;
-  std::vector<std::string> tags;
+  uint8_t flags = 0;          // kFlag* below
+  int64_t autograd_seq = -1;  // forward op under grad mode: the sequence number of the backward node it made
+  int64_t fwd_seq = -1;       // backward op: the sequence number of the forward op its node differentiates
+  bool user_line = true;      // the user's source line is noted when asked (not for the device's own syncs)
   c10::IValue args;  // kept arguments (tensors replaced by their metadata) when op->keep_args
   c10::IValue outs;
 };

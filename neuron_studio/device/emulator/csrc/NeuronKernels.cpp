@@ -435,15 +435,15 @@ void record_call(Call& c, const std::vector<at::Tensor>& outs, int64_t t0, int64
     if (fresh && outs.size() == info.nrets && !info.ret_fresh[i]) fresh = false;
     if (fresh && !info.is_view) r.writes.push_back(storage_id(outs[i], true));
   }
-  if (at::globalContext().deterministicAlgorithms()) r.tags.emplace_back("deterministic");
+  if (at::globalContext().deterministicAlgorithms()) r.flags |= kFlagDeterministic;
   if (torch::autograd::get_current_graph_task_id() != -1) {
     // the forward op's autograd sequence number lets the profiler name its module and source line
-    r.tags.emplace_back("backward");
+    r.flags |= kFlagBackward;
     auto node = torch::autograd::get_current_node();
-    if (node) r.tags.emplace_back("fwd_seq=" + std::to_string(node->sequence_nr()));
+    if (node) r.fwd_seq = static_cast<int64_t>(node->sequence_nr());
   } else if (c10::GradMode::is_enabled()) {
     // autograd numbered this op's backward node before dispatching here: the counter is one past it
-    r.tags.emplace_back("seq=" + std::to_string(static_cast<int64_t>(at::sequence_number::peek()) - 1));
+    r.autograd_seq = static_cast<int64_t>(at::sequence_number::peek()) - 1;
   }
   r.inputs = std::move(c.described);
   r.outputs = outs;
