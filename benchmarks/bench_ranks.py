@@ -34,7 +34,10 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from neuron_studio.testing import synthetic_job as sj
+try:
+    from neuron_studio.testing import synthetic_job as sj
+except ImportError:    # the HTA worker runs this file in HTA's own virtualenv, which has no studio
+    sj = None
 
 CLIENT_GOAL_BYTES = 2 << 30
 

@@ -11,11 +11,13 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["TraceSetError", "job_summary", "store_imported", "is_job"]
 
 Targets = Sequence[str | os.PathLike]
+#: Called on the client as ranks are mapped: (ranks done, ranks in the job).
+Progress = Callable[[int, int], None]
 
 
 class TraceSetError(ValueError):
@@ -36,12 +38,13 @@ def _inputs(targets: Targets) -> list[Any]:
 
 
 def _analyze(inputs: list[Any], *, scheduler: str | None, client: Any, workers: int | None,
-             on_profile: Any = None) -> Any:
+             on_profile: Any = None, progress: Progress | None = None) -> Any:
     from neuron_studio.profiler.analysis.ranks import RankIdentityError
     from neuron_studio.profiler.job_map import analyze_job
 
     try:
-        return analyze_job(inputs, scheduler=scheduler, client=client, workers=workers, on_profile=on_profile)
+        return analyze_job(inputs, scheduler=scheduler, client=client, workers=workers, on_profile=on_profile,
+                           progress=progress)
     except RankIdentityError as e:
         raise TraceSetError(str(e)) from None
 
@@ -54,9 +57,11 @@ def _single_profile(path: str | os.PathLike) -> Any:
 
 
 def job_summary(targets: Targets, *, name: str | None = None, scheduler: str | None = None, client: Any = None,
-                workers: int | None = None, perfetto: str | os.PathLike | None = None) -> dict:
+                workers: int | None = None, perfetto: str | os.PathLike | None = None,
+                progress: Progress | None = None) -> dict:
     """The report summary of one trace, or of a job's ranks (first rank's profile + the ranks section);
-    `perfetto`: also write the whole job, aligned, as one Chrome trace there (`job_export`)."""
+    `perfetto`: also write the whole job, aligned, as one Chrome trace there (`job_export`); `progress`
+    hears of each rank mapped (a job only)."""
     targets = [targets] if isinstance(targets, (str, os.PathLike)) else list(targets)
     inputs = _inputs(targets)
     if len(inputs) == 1:
@@ -64,7 +69,7 @@ def job_summary(targets: Targets, *, name: str | None = None, scheduler: str | N
         if perfetto is not None:
             prof.export_chrome_trace(perfetto)
         return prof.to_summary(name=name)
-    job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers)
+    job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers, progress=progress)
     if perfetto is not None:
         from neuron_studio.profiler.job_export import export_job_trace
 
@@ -73,9 +78,10 @@ def job_summary(targets: Targets, *, name: str | None = None, scheduler: str | N
 
 
 def store_imported(store: Any, paths: Targets, *, name: str | None = None, scheduler: str | None = None,
-                   client: Any = None, workers: int | None = None) -> tuple[int, dict]:
+                   client: Any = None, workers: int | None = None,
+                   progress: Progress | None = None) -> tuple[int, dict]:
     """Save imported traces as one run (one rank per trace, ordered by rank) with its summary; returns
-    (run id, summary). Workers write each rank's tables straight into the store (it must be on a file system
+    (run id, summary); `progress` hears of each rank mapped (a job only). Workers write each rank's tables straight into the store (it must be on a file system
     they share when the map runs on Dask)."""
     from neuron_studio._activate import save_rank
     from neuron_studio.job_tables import save_job_tables
@@ -98,7 +104,7 @@ def store_imported(store: Any, paths: Targets, *, name: str | None = None, sched
             summary = prof.to_summary(run_id=run_id, name=label)
         else:
             job = _analyze(inputs, scheduler=scheduler, client=client, workers=workers,
-                           on_profile=SaveRankTables(str(store.root), run_id))
+                           on_profile=SaveRankTables(str(store.root), run_id), progress=progress)
             ranks = _ranks_of(job)
             order = sorted(ranks)
             positions = [order.index(r) for r in ranks]          # stored as positions 0..N-1, by rank

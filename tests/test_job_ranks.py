@@ -245,7 +245,8 @@ def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
 
     out = tmp_path / "job.html"
     trace = tmp_path / "job.json.gz"
-    assert main(["report", str(job_dir), "-o", str(out), "--workers", "2", "--perfetto", str(trace)]) == 0
+    assert main(["report", str(job_dir), "-o", str(out), "--workers", "2", "--perfetto", str(trace), "--quiet"]) == 0
+    assert "ranks mapped" not in capsys.readouterr().err
     assert sum(e["ph"] == "s" for e in json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]) \
         == SPEC.collectives
     page = out.read_text()
@@ -255,7 +256,12 @@ def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
     assert main(["import", str(job_dir), "--store", str(store), "--workers", "2", "--json"]) == 0
     rs = RunStore(store, create=False)
     rec = rs.list_runs()[0]
-    said = json.loads(capsys.readouterr().out)          # --json: only the stored run, for programs
+    captured = capsys.readouterr()
+    said = json.loads(captured.out)                     # --json: only the stored run, for programs
+    # progress on stderr, a line per rank mapped; never the "neuron-studio: " prefix of the error line
+    progress = [ln.split()[2] for ln in captured.err.splitlines() if "ranks mapped" in ln]
+    assert progress == [f"{i}/{SPEC.ranks}" for i in range(1, SPEC.ranks + 1)]
+    assert not any(ln.startswith("neuron-studio: ") for ln in captured.err.splitlines())
     assert said == {"run_id": rec.id, "name": job_dir.name, "ranks": SPEC.ranks, "store": str(rs.root)}
     assert rec.ranks == SPEC.ranks and rec.status == "ok"
     profiles = load_rank_profiles(rs, rec)
