@@ -135,3 +135,23 @@ def test_coverage_file_errors() -> None:
 def test_subscription_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity must be positive, got 0"):
         neuron_studio.device.subscribe(capacity=0)
+
+
+def test_a_native_build_from_other_sources_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+    import types
+
+    from neuron_studio.device.emulator import native
+
+    real_import = importlib.import_module
+    stale = types.ModuleType("neuron_studio.device.emulator._C")  # a build from before the columnar drain
+
+    def fake_import(name: str, *a, **k):  # noqa: ANN002, ANN003, ANN202
+        return stale if name == "neuron_studio.device.emulator._C" else real_import(name, *a, **k)
+
+    monkeypatch.setattr(importlib, "import_module", fake_import)
+    with pytest.raises(BackendError, match=rf"interface 1, expected {native.INTERFACE}\): rebuild it.*"
+                                           r"pip install --no-build-isolation -e \."):
+        native.load_native()
+    stale.INTERFACE = native.INTERFACE
+    assert native.load_native() is stale

@@ -9,7 +9,10 @@ from types import ModuleType
 
 from neuron_studio.device.errors import BackendError
 
-__all__ = ["load_native"]
+__all__ = ["load_native", "INTERFACE"]
+
+# The bindings this Python expects (csrc/Module.cpp sets the same number; 2: op events drained as columns).
+INTERFACE = 2
 
 _FIX = (
     "Build it with the package: `pip install --no-build-isolation -e .` from the neuron-studio checkout (or "
@@ -23,7 +26,7 @@ def load_native() -> ModuleType:
     import torch
 
     try:
-        return importlib.import_module("neuron_studio.device.emulator._C")
+        native = importlib.import_module("neuron_studio.device.emulator._C")
     except ModuleNotFoundError as e:
         if e.name != "neuron_studio.device.emulator._C":
             raise
@@ -37,3 +40,10 @@ def load_native() -> ModuleType:
             f"different torch than the installed {torch.__version__} (the extension must be rebuilt whenever torch "
             "changes). " + _FIX.format(torch=torch.__version__)
         ) from None
+    built = getattr(native, "INTERFACE", 1)
+    if built != INTERFACE:
+        raise BackendError(
+            f"neuron: the emulated device's C++ extension was built from other sources than this checkout's Python "
+            f"(its interface {built}, expected {INTERFACE}): rebuild it. " + _FIX.format(torch=torch.__version__)
+        )
+    return native

@@ -567,6 +567,9 @@ py::object memory_log_data(int64_t id) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   using namespace neuron;
   m.doc() = "The emulated neuron device (PrivateUse1): runtime, kernels and op-event recorder.";
+  // What the Python side expects of this module (neuron_studio/device/emulator/native.py: INTERFACE); raised
+  // whenever a binding the Python side calls changes, so a build from older sources is named, not misused.
+  m.attr("INTERFACE") = 2;
   m.def("_register", [](int count, int64_t total_memory, const std::vector<std::string>& exclude) {
     register_runtime(count, total_memory);
     for (int i = 0; i < static_cast<int>(c10::ScalarType::NumOptions); ++i) {
