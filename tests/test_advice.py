@@ -526,9 +526,15 @@ def test_a_fused_optimizer_verdict_cites_the_optimizers_ops_not_a_model_op() -> 
                          advice=[fused])
     first = recs[0]
     assert first.category == "compute" and "fused AdamW" in first.text
-    assert "the AdamW optimizer's ops take 38% of the step (48 launches) at cell [33] line 3" in first.text
+    # the share counts the optimizer's launches, and says so beside the category's own share of the same step
+    assert first.text.startswith("51% engine compute; the AdamW optimizer's ops take 38% of the step, their 48 launches "
+                                 "included, at cell [33] line 3 → fused AdamW"), first.text
     assert "aten::mul" not in first.text and "cell [32]" not in first.text
     assert first.ops == ["aten::addcdiv_", "aten::lerp_"]           # the rows it highlights are the optimizer's
+    # no launches (a compiled step's ops launch with their graph) or no source line: nothing said of them
+    quiet = dict(fused, scope={"share": 0.382, "ns": 382.0, "launches": 0.0, "source": None})
+    text = bdm.recommend(bd, {k: empty for k in bdm.CATEGORIES}, mode="eager", hot=hot, advice=[quiet])[0].text
+    assert "the AdamW optimizer's ops take 38% of the step → fused AdamW" in text, text
     # without a code change the category still names its largest engine-bound op
     plain = bdm.recommend(bd, {k: empty for k in bdm.CATEGORIES}, mode="eager", launches_per_step=76, hot=hot)
     assert "most in aten::mul at cell [32] line 38 (memory-bound)" in plain[0].text

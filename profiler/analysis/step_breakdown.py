@@ -411,14 +411,19 @@ def change_scope(device_ops: pd.DataFrame, trace_ops: pd.DataFrame, targets: Any
 
 
 def _scope_text(row: dict | None) -> str:
-    """"the AdamW optimizer's ops take 38% of the step (48 launches) at cell [33] line 3" from an advice row's
-    `scope` (`change_scope`) and `acts_on`; "" when the row has none."""
+    """"the AdamW optimizer's ops take 38% of the step, their 48 launches included, at cell [33] line 3" from an
+    advice row's `scope` (`change_scope`) and `acts_on`; "" when the row has none. The share counts the ops'
+    launches (`change_scope`), so the text says so: beside "52% engine compute" (a category of the same step, no
+    launches) a bare "71% of the step" reads as a contradiction."""
     scope = (row or {}).get("scope")
     what = (row or {}).get("acts_on")
     if not scope or not what:
         return ""
-    n = f" ({counted(scope['launches'], 'launch')})" if scope.get("launches") else ""
-    return f"{what} take {100 * float(scope['share']):.0f}% of the step{n}{_where(scope.get('source'))}"
+    share = f"{what} take {100 * float(scope['share']):.0f}% of the step"
+    where = _where(scope.get("source"))
+    if scope.get("launches"):
+        share += f", their {counted(scope['launches'], 'launch')} included" + ("," if where else "")
+    return f"{share}{where}"
 
 
 def _addresses(row: dict) -> tuple[str, ...]:
