@@ -132,6 +132,42 @@ def test_bf16_autocast_row_predicts_running_under_autocast(mode: str) -> None:
     assert (casts["name"] == "aten::_to_copy").sum() > 0
 
 
+def _fp32_training_step(autocast: bool, steps: int, mode: str):
+    """FP32 matmuls and an AdamW step that writes the weights after each backward."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to("neuron")
+    opt = torch.optim.AdamW(model.parameters())
+    x = torch.randn(64, 256, device="neuron")
+
+    def step():
+        with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+            y = model(x)
+        y.float().pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    return profile(step, steps=steps, warmup=1, mode=mode, chip="trn2")
+
+
+def _downcasts(ops: pd.DataFrame) -> int:
+    return int(((ops["name"] == "aten::_to_copy") & (ops["input_dtypes"] == "float32")
+                & (ops["output_dtypes"] == "bfloat16")).sum())
+
+
+@pytest.mark.parametrize("mode", ["eager", "adaptive"])
+def test_bf16_autocast_row_casts_the_weights_again_every_step(mode: str) -> None:
+    """autocast's cast cache lives for one autocast block (cleared when it exits), and the optimizer rewrites the
+    weights: a step under autocast casts each weight again. The re-modeled step is the same whether 1 or 3 steps
+    were profiled, and casts what the run under autocast casts."""
+    one, three = _fp32_training_step(False, 1, mode), _fp32_training_step(False, 3, mode)
+    predicted = [p.what_if(chips=["trn2"]).set_index("variant").loc["bf16 autocast", "step_time_ns"] for p in (one, three)]
+    assert predicted[1] == pytest.approx(predicted[0], rel=1e-9)
+    ran = _fp32_training_step(True, 3, mode)
+    rewritten = [c for c in three.code_changes() if c.key == "autocast_bf16"][0].ops
+    assert _downcasts(rewritten) == _downcasts(ran.trace.ops) > 0
+    assert predicted[1] == pytest.approx(ran.step_time_ns, rel=0.10)
+
+
 def test_fp32_compute_bound_step_is_told_autocast_before_any_kernel() -> None:
     prof = _fp32_matmuls(False, "adaptive")
     rec = prof.step_breakdown().recommendations[0]

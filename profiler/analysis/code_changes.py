@@ -271,10 +271,17 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
 
     Follows autocast's rules over the recorded ops in order, tracking which storages hold BF16 values: an FP32
     matmul/convolution (forward or backward) runs in BF16, each FP32 input first cast down by its own `_to_copy`
-    (a parameter once: autocast caches the casts of leaf tensors, and the backward reuses what the forward saved);
-    an op whose float inputs are all BF16 runs in BF16 (half the bytes); an op of autocast's FP32 list, or an
-    in-place update of an FP32 tensor (gradient accumulation), casts its BF16 inputs back up; other mixed ops
-    promote inside the op. The optimizer step is unchanged (its tensors stay FP32)."""
+    (a parameter once per forward pass: autocast caches the casts of leaf tensors until the autocast block exits,
+    and the backward reuses what the forward saved); an op whose float inputs are all BF16 runs in BF16 (half the
+    bytes); an op of autocast's FP32 list, or an in-place update of an FP32 tensor (gradient accumulation), casts
+    its BF16 inputs back up; other mixed ops promote inside the op. The optimizer step is unchanged (its tensors
+    stay FP32).
+
+    The cast cache lives for one forward pass and its backward: it starts empty at each step and each forward
+    pass that follows a backward or optimizer op (torch/amp/autocast_mode.py clears it when the outermost
+    autocast block exits, `torch.clear_autocast_cache`), so the weights are cast again every step, as they are
+    when the step runs under autocast. A storage written again in any phase (the optimizer's update of a
+    parameter) drops its cached copy, and an FP32 write takes it out of the BF16 set."""
     need = {"dtype_class", "phase", "reads", "writes", "input_shapes", "input_dtypes", "is_inplace"}
     if not len(trace_ops) or not need <= set(trace_ops.columns):
         return None
@@ -299,6 +306,7 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
     inplace = ops["is_inplace"].to_numpy(dtype=bool)
     dtypes_col = ops["input_dtypes"].astype(str).to_numpy(dtype=object).copy()
     rows = ops.to_dict("records")
+    steps = ops["step"].to_numpy() if "step" in ops else np.zeros(len(ops), dtype=np.int64)
 
     def cast(i: int, sid: str, shape: tuple[int, ...], down: bool) -> str:
         nonlocal next_id
@@ -314,21 +322,37 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
                       "reads": sid, "writes": fresh, "_at": i - 0.5})
         return fresh
 
+    def written(i: int, writes: list[str], bf16: bool) -> None:
+        """Storages op i wrote: any cached BF16 copy of them is stale, and those it wrote in FP32 hold no BF16
+        value (an in-place op keeps its destination's dtype)."""
+        keep = bf16 or (bool(inplace[i]) and bool(writes) and writes[0] in low)
+        for sid in writes:
+            cached.pop(sid, None)
+            if not keep:
+                low.discard(sid)
+
     for i in range(len(ops)):
+        if i and (steps[i] != steps[i - 1] or (phase[i] == "forward" and phase[i - 1] != "forward")):
+            cached.clear()                    # a new forward pass: a new autocast block, an empty cast cache
+        writes = _ids(rows[i]["writes"])
         if phase[i] not in ("forward", "backward"):
+            written(i, writes, False)         # the optimizer step runs in FP32 (it updates the parameters)
             continue
         reads, shapes = _ids(reads_col[i]), _shapes(rows[i]["input_shapes"])
-        writes = _ids(rows[i]["writes"])
         dts = [d for d in str(dtypes_col[i]).split(",") if d]
         if len(reads) != len(shapes) or len(dts) < len(shapes):
-            continue   # cannot tell which storage is which input: left as recorded
+            written(i, writes, False)         # cannot tell which storage is which input: left as recorded (FP32)
+            continue
         floats = [k for k in range(len(reads)) if dts[k] == "float32"]
         is_low = [reads[k] in low for k in floats]
         if engine[i] == "none":               # a view of a BF16 tensor is BF16
             if is_low and all(is_low):
                 low.update(writes)
+            else:
+                written(i, writes, False)
             continue
         new_reads = list(reads)
+        bf16 = False                            # whether the op runs (and writes) in BF16
         if fp32[i]:
             for k in floats:
                 if reads[k] in low:
@@ -338,7 +362,7 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
                 new_reads[k] = cached[reads[k]]
             in_b[i], out_b[i], dclass[i], isize[i] = in_b[i] / 2, out_b[i] / 2, DTYPE_BF16, 2
             dtypes_col[i] = str(dtypes_col[i]).replace("float32", "bfloat16")
-            low.update(writes)
+            bf16 = True
         elif floats and any(is_low):
             target_fp32 = bool(inplace[i]) and writes and writes[0] not in low
             if _base(str(rows[i]["name"])) in AUTOCAST_FP32 or target_fp32:
@@ -348,12 +372,12 @@ def autocast_bf16(trace_ops: pd.DataFrame, cell: dict | None = None, run_id: Any
             elif all(is_low):
                 in_b[i], out_b[i], isize[i] = in_b[i] / 2, out_b[i] / 2, 2
                 dtypes_col[i] = str(dtypes_col[i]).replace("float32", "bfloat16")
-                low.update(writes)
+                bf16 = True
             else:                               # promoted inside the op: the BF16 inputs read half the bytes
                 in_b[i] -= sum(_numel(shapes[k]) * 2 for k, lw in zip(floats, is_low) if lw)
-        for sid in writes:                      # an FP32 tensor written again: its cached BF16 copy is stale
-            if sid in cached and not fp32[i]:
-                del cached[sid]
+        written(i, writes, bf16)
+        if bf16:
+            low.update(writes)
         reads_col[i] = ",".join(new_reads)
     ops["in_bytes"], ops["out_bytes"], ops["dtype_class"], ops["itemsize"] = in_b, out_b, dclass, isize
     ops["reads"], ops["input_dtypes"] = reads_col, dtypes_col
