@@ -264,6 +264,36 @@ def test_each_lever_saves_what_applying_it_saves(name: str) -> None:
     _saving_matches(_lever(prof, "cpu_offload").saving_bytes, peak - _profile_of(make, offload=True)[1])
 
 
+def _steps_profile(make: Callable, steps: int, *, batch: int = BATCH, autocast: bool = False):  # noqa: ANN202
+    """A fresh model and optimizer, one warm-up step, then `steps` profiled steps; the profile and the
+    allocator's peak over the profiled steps."""
+    model, loss_fn = make(batch, torch.float32)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    step = _train_step(model, loss_fn, opt, autocast=autocast)
+    step()
+    gc.collect()
+    torch.neuron.reset_peak_memory_stats()
+    with Capture(host_events=False) as cap:
+        for _ in range(steps):
+            step()
+            cap.step()
+    return cap.profile, torch.neuron.max_memory_allocated()
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_autocast_lever_is_the_same_for_one_and_three_profiled_steps(name: str) -> None:
+    """The bf16 weight copies autocast makes live from a module's forward to its backward in each step (the cast
+    cache is cleared when the autocast block exits), not from the first step's forward to the last step's
+    backward: the lever's modeled peak does not depend on how many steps were profiled, and matches running
+    three steps under autocast. A small batch, so the peak is in the optimizer step, where no copy is live."""
+    forecasts = [_steps_profile(MODELS[name], n, batch=2)[0].memory_forecast("trn2") for n in (1, 3)]
+    levers = [next(lv for lv in f.levers + f.no_help if lv.key == "autocast") for f in forecasts]
+    assert forecasts[0].peak_bytes == forecasts[1].peak_bytes
+    assert levers[1].peak_bytes == levers[0].peak_bytes
+    autocast_peak = _steps_profile(MODELS[name], 3, batch=2, autocast=True)[1]
+    assert abs(levers[1].peak_bytes - autocast_peak) <= 0.01 * autocast_peak
+
+
 def test_checkpointing_the_repeated_blocks_saves_what_the_forecast_says() -> None:
     prof, peak = _profile_of(_gpt)
     lv = _lever(prof, "checkpoint")

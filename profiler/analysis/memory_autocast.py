@@ -13,7 +13,8 @@ The rules applied to each float32 activation or temporary, by the op that alloca
   stream, is unchanged: a float32 value plus a bfloat16 one is float32);
 - a matmul-class op casts the float32 weights it reads to bfloat16 copies, which autocast caches for the
   forward pass and backward keeps: half the bytes of the weights of each module that runs one, from that
-  module's forward until its backward ends;
+  module's forward until its backward ends, in each step (autocast clears its cast cache when the autocast
+  block exits and the backward frees what it saved, so the copies are made again every step);
 - nll_loss (cross-entropy) runs in float32: it keeps a float32 copy of the bfloat16 log-probabilities until
   its backward.
 
@@ -61,6 +62,7 @@ def autocast_total(rows: pd.DataFrame, total: np.ndarray, signed: np.ndarray, ca
     module = rows["module"].to_numpy(dtype=object)
     row_op = rows["op"].to_numpy(dtype=object)
     nbytes = rows["nbytes"].to_numpy(dtype=np.int64)
+    step = rows["step"].to_numpy() if "step" in rows else np.zeros(n, dtype=np.int64)
     # bf16 copies of the weights matmul-class ops read: the parameters of each module that runs one
     first = (kind >= 0) & ~rows["alloc_id"].duplicated().to_numpy()
     params = [(str(name).rsplit(".", 1)[0], int(b)) for name, b, is_p in
@@ -70,9 +72,10 @@ def autocast_total(rows: pd.DataFrame, total: np.ndarray, signed: np.ndarray, ca
                    if k > 0 and p == "forward" and isinstance(m, str) and isinstance(o, str) and _MATMUL_OPS.match(o)}
     for m in runs_matmul:
         weight = sum(b for owner, b in params if owner == m)
-        fwd = np.flatnonzero((phase == "forward") & (module == m))
-        bwd = np.flatnonzero(module == m + _BACKWARD)
-        if weight and len(fwd):
+        in_fwd = (kind != 0) & (phase == "forward") & (module == m)
+        in_bwd = module == m + _BACKWARD
+        for s in (np.unique(step[in_fwd]) if weight else ()):   # held per step: from its forward to its backward
+            fwd, bwd = np.flatnonzero(in_fwd & (step == s)), np.flatnonzero(in_bwd & (step == s))
             add(int(fwd[0]), int(bwd[-1]) if len(bwd) and bwd[-1] > fwd[0] else int(fwd[-1]), 0.5 * weight)
     # nll_loss's float32 copy of the log-probabilities, until nll_loss_backward
     nll_bwd = np.flatnonzero(row_op == "aten::nll_loss_backward")
