@@ -87,6 +87,9 @@ class Capture:
         self._tracker = None
         self._compile_start = 0
         self._profile = None
+        #: how the Python API was called (`profile`'s `api_call`), stamped into the trace's metadata: the advice
+        #: writes its lines in that form. None: a `%%neuron` cell or a `neuron-studio run` script.
+        self.api_call: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
@@ -230,6 +233,8 @@ class Capture:
             "pid": os.getpid(),
             "module_classes": dict(self._tracker.classes),
         }
+        if self.api_call is not None:
+            meta["api_call"] = dict(self.api_call)
         from neuron_studio.profiler.model.config import ModelConfig
 
         switches = ModelConfig.adaptive_limit_from_env()   # the environment TorchNeuron would read
@@ -311,6 +316,13 @@ def _job_size() -> dict[str, int]:
     return out
 
 
+def _fn_name(fn: Callable[[], Any]) -> str | None:
+    """The name a script calls `fn` by, as the advice repeats it (`profile(train_step, mode=...)`), or None when it
+    has none to repeat (a lambda, a partial)."""
+    name = getattr(fn, "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else None
+
+
 def profile(
     fn: Callable[[], Any] | None = None,
     *,
@@ -322,6 +334,7 @@ def profile(
     host_events: bool = True,
 ) -> Any:
     """`with profile(...) as run:` or `profile(fn, steps=5, warmup=2) -> Profile`."""
+    api_call = {"fn": _fn_name(fn) if fn is not None else None, "form": "call" if fn is not None else "with"}
     if _device.backend() == "real":
         if fn is None:
             raise RuntimeError(
@@ -331,8 +344,11 @@ def profile(
             )
         from neuron_studio.profiler.real_capture import capture_real
 
-        return capture_real(fn, steps=steps, warmup=warmup, mode=mode, name=name).profile(chip=chip)
+        prof = capture_real(fn, steps=steps, warmup=warmup, mode=mode, name=name).profile(chip=chip)
+        prof.trace.meta["api_call"] = api_call
+        return prof
     cap = Capture(mode=mode, chip=chip, warmup=warmup, name=name, host_events=host_events)
+    cap.api_call = api_call
     if fn is None:
         return cap
     if steps < 1:

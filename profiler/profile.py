@@ -476,11 +476,12 @@ class Profile:
             model = _wi.scaled_to(own, self._remodel_variant(self.trace.ops, s.mode, s.chip), self._remodel_variant)
         meta = self.trace.meta
         command = meta.get("cli_command") if isinstance(meta.get("cli_command"), list) else None
+        api_call = meta.get("api_call") if isinstance(meta.get("api_call"), dict) else None
         return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
                                  trace_ops=self.trace.ops, model=model, kernel_savings=saves,
                                  changes=self.code_changes() if changes and not measured else (), steps=n,
                                  warmup=meta.get("warmup"), measured=measured, cell=meta.get("cell"),
-                                 run_id=self.run_id, ops_for=self._ops_for_mode, command=command,
+                                 run_id=self.run_id, ops_for=self._ops_for_mode, command=command, api_call=api_call,
                                  compile_why_not=self._compile_why_not(), compiles=self._recompiling_compiles())
 
     def code_changes(self) -> list:

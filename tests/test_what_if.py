@@ -49,7 +49,8 @@ def test_own_row_is_exactly_the_profile():
     assert (r["step_time_low_ns"], r["step_time_high_ns"]) == (prof.summary.step_time_low_ns / prof.steps,
                                                                prof.summary.step_time_high_ns / prof.steps)
     assert r["step_time_low_ns"] < r["step_time_ns"] < r["step_time_high_ns"]
-    assert r["run"] == "%%neuron --mode eager --chip trn2 --steps 2 --warmup 1"
+    # made by the Python API: the line is that call, in its own mode and chip (never `%%neuron` syntax)
+    assert r["run"] == 'profile(step, mode="eager", chip="trn2", steps=2, warmup=1)'
     # and re-modeling the recorded ops in the profile's own mode and chip reproduces it exactly
     again = prof._remodel(prof.trace.ops, "eager", "trn2")
     assert (again.step_time_ns, again.mfu, again.cost_per_1m_steps_usd) == (
@@ -61,8 +62,37 @@ def test_every_mode_and_chip_once_with_the_run_line():
     assert sorted(zip(df["mode"], df["chip"])) == sorted((m, c) for m in ("eager", "adaptive", "compile")
                                                          for c in ("trn1", "trn2", "trn3"))
     for r in df.itertuples():
-        assert r.run.startswith(f"%%neuron --mode {r.mode} --chip {r.chip}")
+        assert r.run == f'profile(step, mode="{r.mode}", chip="{r.chip}", steps=2, warmup=1)'
         assert r.speedup == pytest.approx(_mlp().step_time_ns / r.step_time_ns)
+
+
+def test_run_lines_take_the_form_the_profile_was_made_with():
+    """A profile made by the Python API (a script, or a notebook calling `profile`) is told the API call, the form
+    it can run as written: `profile(fn, ...)` naming its function, `with profile(...)`, a lambda as `lambda: ...`;
+    a `%%neuron` cell (no `api_call`) its magic line; a `neuron-studio run` script its command line."""
+    prof = _mlp()
+    assert prof.trace.meta["api_call"] == {"fn": "step", "form": "call"}
+    best = next(r for r in prof.advice() if r["kind"] == "mode")
+    assert best["run"].startswith(f'profile(step, mode="{best["mode"]}", chip="trn2"')
+    texts = [r.text for r in prof.step_breakdown().recommendations]
+    assert texts and not any("%%neuron" in t for t in texts), texts
+    assert wi.run_line("compile", "trn2", 5, 0, api_call={"fn": None, "form": "call"}) == (
+        'profile(lambda: ..., mode="compile", chip="trn2", steps=5, warmup=0)')
+    assert wi.run_line("compile", "trn1", 5, 2, api_call={"fn": None, "form": "with"}) == (
+        'with profile(mode="compile", chip="trn1", warmup=2) as run:')
+    assert wi.run_line("compile", "trn2", 5, 0) == "%%neuron --mode compile --chip trn2 --steps 5 --warmup 0"
+    assert wi.run_line("compile", "trn2", 5, 0, ["python", "t.py"], {"fn": "f", "form": "call"}) == (
+        "neuron-studio run --mode compile --chip trn2 --steps 5 --warmup 0 -- python t.py")
+    # the with-form stamps how it was called too
+    x = torch.randn(8, 8, device="neuron")
+    with profile(mode="eager", chip="trn2") as run:
+        (x @ x).sum()
+        run.step()
+    assert run.profile.trace.meta["api_call"] == {"fn": None, "form": "with"}
+    assert run.profile.what_if(modes=["adaptive"], chips=["trn2"], kernels=False, changes=False).iloc[0]["run"] == (
+        'with profile(mode="adaptive", chip="trn2") as run:')
+    lam = profile(lambda: (x @ x).sum(), mode="eager", chip="trn2")
+    assert lam.trace.meta["api_call"] == {"fn": None, "form": "call"}
 
 
 def test_another_chip_equals_the_profile_modeled_on_that_chip():

@@ -107,7 +107,9 @@ def _check_recommendation_and_advisor(view, payload: dict) -> None:  # noqa: ANN
     assert float(cur.get_attribute("data-step-ns")) == payload["step_time_ns"]
     best = view.locator(".ns-WhatIfTable tbody tr.ns-mod-best")
     best_run = view.locator(".ns-WhatIfTable tbody tr.ns-mod-best-run")    # its command, on the line under it
-    assert best.count() == 1 and best_run.count() == 1 and "%%neuron --mode" in best_run.inner_text()
+    # the payload was made by the Python API: its command is that call, never `%%neuron` syntax
+    assert best.count() == 1 and best_run.count() == 1 and 'profile(step, mode="' in best_run.inner_text()
+    assert "%%neuron --mode" not in view.locator(".ns-WhatIfTable").inner_text()
     # a profile not run from a notebook %%neuron cell (here the Python API) has no Insert buttons, and says why
     assert view.locator("button.ns-InsertRun").count() == 0
     assert "Insert needs a profile of a %%neuron cell in a notebook" in view.locator(".ns-NoInsertNote").inner_text()

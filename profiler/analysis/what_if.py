@@ -177,19 +177,31 @@ def scaled_to(own: Variant, modeled_own: Variant, model: Callable[[pd.DataFrame,
 
 
 def run_line(mode: str, chip: str, steps: int | None = None, warmup: int | None = None,
-             command: Sequence[str] | None = None) -> str:
-    """The line that runs this variant for real: a `%%neuron` line, or for a script run (`command`: the command
-    `neuron-studio run` launched) the `neuron-studio run` command line."""
+             command: Sequence[str] | None = None, api_call: dict | None = None) -> str:
+    """The line that runs this variant for real, in the form the profile was made with: for a script run
+    (`command`: the command `neuron-studio run` launched) the `neuron-studio run` command line; for the Python API
+    (`api_call`, the trace's `meta["api_call"]`: `profile(fn, ...)` or `with profile(...)`) that call; else (a
+    `%%neuron` cell, an imported trace) a `%%neuron` line."""
+    if command:
+        import shlex
+
+        return f"neuron-studio run {_cli_options(mode, chip, steps, warmup)} -- {shlex.join(command)}"
+    if isinstance(api_call, dict):
+        kw = f'mode="{mode}", chip="{chip}"'
+        if api_call.get("form") == "with":      # steps are the user's own loop's
+            return f"with profile({kw}{f', warmup={int(warmup)}' if warmup else ''}) as run:"
+        kw += (f", steps={int(steps)}" if steps else "") + (f", warmup={int(warmup)}" if warmup is not None else "")
+        return f"profile({api_call.get('fn') or 'lambda: ...'}, {kw})"
+    return f"%%neuron {_cli_options(mode, chip, steps, warmup)}"
+
+
+def _cli_options(mode: str, chip: str, steps: int | None, warmup: int | None) -> str:
     opts = f"--mode {mode} --chip {chip}"
     if steps:
         opts += f" --steps {int(steps)}"
     if warmup is not None:
         opts += f" --warmup {int(warmup)}"
-    if command:
-        import shlex
-
-        return f"neuron-studio run {opts} -- {shlex.join(command)}"
-    return f"%%neuron {opts}"
+    return opts
 
 
 def _row(v: Variant, *, variant: str, kind: str, kernel: str | None, current_ns: float, current: bool, basis: str,
@@ -225,7 +237,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
                   warmup: int | None = None, measured: bool = False, cell: dict | None = None, run_id: Any = None,
                   ops_for: Callable[[str], tuple[pd.DataFrame, str]] | None = None,
                   command: Sequence[str] | None = None, compile_why_not: str | None = None,
-                  compiles: int | None = None) -> pd.DataFrame:
+                  compiles: int | None = None, api_call: dict | None = None) -> pd.DataFrame:
     """One row per (mode, chip), one per PyTorch code change, one per kernel saving; `own` is the profile's own
     figures (its row); `rank` orders the advice (`rank_rows`).
 
@@ -233,7 +245,8 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
     own mode on its chip); `kernel_savings` are dicts with kernel, op, saving_ns (per step) and run (the swap
     snippet, or None). `cell` (the trace's `meta["cell"]`, a `%%neuron` cell's run) makes each row's `run` the
     profiled line with the row's change and `cell` the whole new cell (`variant_cell`), which diffs against run
-    `run_id`; `command` (a `neuron-studio run` script run) makes mode rows `neuron-studio run` command lines.
+    `run_id`; `command` (a `neuron-studio run` script run) makes mode rows `neuron-studio run` command lines, and
+    `api_call` (a profile made by the Python API, `meta["api_call"]`) the `profile(...)` call (`run_line`).
     `compile_why_not` (shapes are not static) keeps compile rows out of the advice, saying why. `compiles`: the graph
     compiles of a compile-mode profile that recompiles (its row and a code change's `compiles` say them; a change
     with fewer ranks first, `rank_rows`). `ops_for(mode)`
@@ -250,7 +263,7 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
     for mode in modes:
         for chip in chips:
             if mode == own.mode and chip == own.chip:
-                own_line = run_line(mode, chip, steps, warmup, command)
+                own_line = run_line(mode, chip, steps, warmup, command, api_call)
                 if cell and isinstance(cell.get("source"), str):
                     opts, _ = _vc.split_cell(cell["source"])
                     own_line = f"{_vc.MAGIC} {opts}".rstrip() if opts is not None else own_line
@@ -261,7 +274,8 @@ def what_if_frame(own: Variant, *, modes: Sequence[str], chips: Sequence[str], r
             basis = SCALED if measured else basis
             v = model(ops, mode, chip)
             name = f"{mode} on {chip}"
-            line, new = _variant(None if command else cell, run_line(mode, chip, steps, warmup, command), run_id)
+            line, new = _variant(None if command else cell, run_line(mode, chip, steps, warmup, command, api_call),
+                                  run_id)
             why = None
             if chip != own.chip:
                 why = f"another chip (the profile ran on {own.chip}): for comparison"
