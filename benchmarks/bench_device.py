@@ -6,27 +6,25 @@
 (a) per-op overhead: 10,000 small adds, µs per op above CPU, without and with an op-event subscriber
     (goals <= 1.5 µs without, <= 4 µs recording), and what a drain costs per event (outside the ops, once per
     profile): the recorded rows as the columns the profiler reads (`drain_columns`), and as OpEvent objects
-    (`drain`, for code that wants one object per op);
+    (`drain`, for code that wants one object per op); and what ending a profile costs per op (`Capture.stop`:
+    drain, module/phase/source attribution and the ops table) after 100 steps of a small transformer block with
+    AdamW (~11,000 ops);
 (b) MLP 64x1024x1024: forward + backward + SGD step (goal <= 1.05x CPU), with the same optimizer
     implementation on both sides: PyTorch picks SGD's `foreach` implementation for parameters on a PrivateUse1
     device (as on TorchNeuron) and the per-parameter loop on CPU, so each is measured with `foreach=` set
     explicitly on both;
-(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU), with the minor
-    page faults per step of each side: the same kernels on the same shapes, but glibc may hand a step's large
-    temporaries back to the OS and fault them in again on one side and not the other (PyTorch's autograd runs a
-    non-CPU device's backward on its own worker thread, so the allocations come from another thread). The same
-    case is re-run in a child process with glibc told to keep freed memory (GLIBC_TUNABLES, Linux/glibc only)
-    so both sides allocate alike.
+(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU).
+(b) and (c) print each side's minor page faults per step: the kernels and shapes are the same on both sides,
+but where the step's temporaries are allocated is not (autograd runs a non-CPU device's backward on its own
+worker thread), and glibc may hand one side's temporaries back to the OS and fault them in again each step.
 CPU and neuron repetitions are interleaved and medians reported, so drift in machine load hits both.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -121,11 +119,40 @@ def faults_counted(fn, faults: list[int]):  # noqa: ANN001, ANN201
     return run
 
 
-def bench_mlp(reps: int) -> list[tuple]:
-    def make(dev: str, foreach: bool):  # noqa: ANN202
-        torch.manual_seed(0)
+def bench_capture_stop(reps: int) -> list[tuple]:
+    from neuron_studio.profiler.capture import Capture
+
+    torch.manual_seed(0)
+    model = PreNormBlock(128, 4).to("neuron")
+    x = torch.randn(2, 32, 128).to("neuron")
+    opt = torch.optim.AdamW(model.parameters())
+
+    def step() -> None:
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+
+    step()
+    per_op = []
+    for _ in range(max(3, reps // 2)):
+        cap = Capture(host_events=False, record_memory=False)
+        cap.start()
+        for _ in range(100):
+            step()
+            cap.step()
+        t0 = time.perf_counter()
+        trace = cap.stop()
+        per_op.append((time.perf_counter() - t0) / len(trace.ops) * 1e6)
+    return [("(a) end of a profile: Capture.stop, ~11k ops", "per event", float("nan"), statistics.median(per_op),
+             float("nan"), "drain + module/phase/source + ops table, once per profile")]
+
+
+def make_step(case: str, dev: str):  # noqa: ANN201
+    """One step of case (b) or (c) on `dev` (the same seed, model and data on both sides)."""
+    torch.manual_seed(0)
+    if case.startswith("mlp"):
         model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to(dev)
-        opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=foreach)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=case == "mlp-foreach")
         x = torch.randn(64, 1024).to(dev)
 
         def step() -> None:
@@ -134,65 +161,48 @@ def bench_mlp(reps: int) -> list[tuple]:
             opt.step()
 
         return step
+    model = PreNormBlock(512, 8).to(dev)
+    x = torch.randn(8, 256, 512).to(dev)
 
+    def block_step() -> None:
+        model.zero_grad()
+        model(x).square().mean().backward()
+
+    return block_step
+
+
+def bench_mlp(reps: int) -> list[tuple]:
     rows = []
-    for foreach, why in ((True, "neuron's default (as TorchNeuron's)"), (False, "CPU's default")):
-        m = interleaved({"cpu": make("cpu", foreach), "neuron": make("neuron", foreach)}, reps)
+    for case, foreach, why in (("mlp-foreach", True, "neuron's default (as TorchNeuron's)"),
+                               ("mlp-loop", False, "CPU's default")):
+        faults: dict[str, list[int]] = {"cpu": [], "neuron": []}
+        m = interleaved({k: faults_counted(make_step(case, k), faults[k]) for k in faults}, reps)
         rows.append((f"(b) MLP 64x1024x1024 fwd+bwd+SGD foreach={foreach}", "ms/step", m["cpu"] * 1e3,
-                     m["neuron"] * 1e3, m["neuron"] / m["cpu"], f"goal <= 1.05x; both sides {why}"))
+                     m["neuron"] * 1e3, m["neuron"] / m["cpu"], f"goal <= 1.05x; both sides {why}; "
+                     + _faults_note(faults)))
     return rows
 
 
-BLOCK_CASE = "(c) transformer block d512 s256 b8 fwd+bwd"
-# glibc: serve allocations up to 32 MiB from the heap and never trim it, so freed memory is reused, not refaulted
-KEEP_FREED = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967296"
-
-
 def bench_block(reps: int) -> list[tuple]:
-    def make(dev: str):  # noqa: ANN202
-        torch.manual_seed(0)
-        model = PreNormBlock(512, 8).to(dev)
-        x = torch.randn(8, 256, 512).to(dev)
-
-        def step() -> None:
-            model.zero_grad()
-            model(x).square().mean().backward()
-
-        return step
-
     faults: dict[str, list[int]] = {"cpu": [], "neuron": []}
-    m = interleaved({k: faults_counted(make(k), faults[k]) for k in faults}, reps)
+    m = interleaved({k: faults_counted(make_step("block", k), faults[k]) for k in faults}, reps)
+    return [("(c) transformer block d512 s256 b8 fwd+bwd", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
+             m["neuron"] / m["cpu"], "goal <= 1.05x; " + _faults_note(faults))]
+
+
+def _faults_note(faults: dict[str, list[int]]) -> str:
     pf = {k: statistics.median(v) for k, v in faults.items()}
-    keep = "GLIBC_TUNABLES" in os.environ
-    return [(BLOCK_CASE + (", glibc keeping freed memory" if keep else ""), "ms/step", m["cpu"] * 1e3,
-             m["neuron"] * 1e3, m["neuron"] / m["cpu"],
-             f"goal <= 1.05x; page faults/step cpu {pf['cpu']:.0f}, neuron {pf['neuron']:.0f}")]
-
-
-def block_keeping_freed_memory(reps: int) -> list[tuple]:
-    """The block case in a child process whose glibc keeps freed memory (both sides allocate alike)."""
-    if not sys.platform.startswith("linux"):
-        return []
-    env = dict(os.environ, GLIBC_TUNABLES=KEEP_FREED)
-    out = subprocess.run([sys.executable, __file__, "--block-only", "--reps", str(reps)], env=env,
-                         capture_output=True, text=True, check=True).stdout
-    return [tuple(row) for row in json.loads(out.strip().splitlines()[-1])]
+    return f"page faults/step cpu {pf['cpu']:.0f}, neuron {pf['neuron']:.0f}"
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
-    p.add_argument("--block-only", action="store_true", help=argparse.SUPPRESS)  # the child of case (c)
-    p.add_argument("--reps", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    reps = args.reps or (5 if args.quick else 11)
-    if args.block_only:
-        print(json.dumps(bench_block(reps)))
-        return
+    reps = 5 if args.quick else 11
     load = os.getloadavg()
     block_reps = max(3, reps // 2)
-    rows = (bench_small_adds(reps) + bench_mlp(reps) + bench_block(block_reps)
-            + block_keeping_freed_memory(block_reps))
+    rows = bench_small_adds(reps) + bench_capture_stop(reps) + bench_mlp(reps) + bench_block(block_reps)
     print(f"$ {COMMAND}{' --quick' if args.quick else ''}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, neuron backend "
           f"{neuron_studio.device.backend()}, medians of interleaved repetitions; load average "
