@@ -177,3 +177,45 @@ def test_backward_ops_are_recorded() -> None:
     names = _names(sub.drain())
     assert names.count("aten::mm") >= 2  # forward and the weight gradient
     assert w.grad is not None and w.grad.device.type == "neuron"
+
+
+def test_drained_columns_share_signatures_across_pulls() -> None:
+    a = torch.ones(3, 4, device="neuron")
+    with neuron_studio.device.subscribe() as objects, neuron_studio.device.subscribe() as columns:
+        for _ in range(4):
+            (a @ a.t()).relu()
+        assert len(objects) == 12  # a pull mid-run: the rows reach the subscriptions in two batches
+        a.neg()
+    batch = columns.drain_columns()
+    events = objects.drain()
+    assert _names(events) == ["aten::t", "aten::mm", "aten::relu"] * 4 + ["aten::neg"]
+    # what the ops of one signature share is computed once: 3 signatures in the first batch, 1 in the second
+    assert len(batch) == 13 and len(batch.signatures) == 4
+    assert batch.events() == events
+    mm = [e for e in events if e.name == "aten::mm"]
+    assert {e.flops for e in mm} == {2 * 3 * 4 * 3}
+    # storage ids stay right across the two batches: neg (second batch) reads the storage t read (first)
+    assert events[-1].reads == events[0].reads and len(events[-1].reads) == 1
+
+
+def test_a_small_subscription_keeps_its_newest_events_beside_a_large_one() -> None:
+    a = torch.ones(2, device="neuron")
+    with neuron_studio.device.subscribe(capacity=3) as small, neuron_studio.device.subscribe() as large:
+        for _ in range(5):
+            a.neg()
+        assert len(small) == 3 and small.dropped == 2
+        a.exp()
+        got = small.drain()
+        assert _names(got) == ["aten::neg", "aten::neg", "aten::exp"] and small.dropped == 3
+        assert got[-1].seq - got[0].seq == 2
+    assert _names(large.drain()) == ["aten::neg"] * 5 + ["aten::exp"] and large.dropped == 0
+
+
+def test_backward_ops_of_nodes_without_a_forward_op_name_none() -> None:
+    w = torch.randn(4, device="neuron", requires_grad=True)
+    with neuron_studio.device.subscribe() as sub:
+        (w * 2).sum().backward()
+    backward = [e for e in sub.drain() if "backward" in e.tags]
+    fwd = [int(t[8:]) for e in backward for t in e.tags if t.startswith("fwd_seq=")]
+    assert fwd and all(0 <= s < 2**63 for s in fwd)  # never the "no sequence number" sentinel (UINT64_MAX)
+    assert any(not any(t.startswith("fwd_seq=") for t in e.tags) for e in backward)  # AccumulateGrad's ops
