@@ -8,12 +8,14 @@ hardware the backend defers to TorchNeuron's own.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import re
 import time
 import warnings
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,7 +25,8 @@ from neuron_studio import device as _device
 from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "StaticShapeError",
-           "compile_cell_function", "GraphBreaks", "graph_breaks_recorded"]
+           "compile_cell_function", "GraphBreaks", "graph_breaks_recorded", "register_graph_module_hook",
+           "graph_module_path", "GraphModulePath"]
 
 
 
@@ -113,18 +116,96 @@ def _write_back_unrecorded(*args: Any, **kwargs: Any) -> Any:
         return torch.ops.aten.copy_.default(*args, **kwargs)
 
 
-def _graph_runner(kind: str) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
+#: `register_graph_module_hook`'s hooks, by handle id (as torch keeps its global module hooks)
+_graph_module_hooks: "OrderedDict[int, Callable[[str, str | None, bool, int], None]]" = OrderedDict()
+_compile_ids = itertools.count()
+#: a Dynamo source's leading frame variable: L['x'] (a local, e.g. a compiled module's own `self`) or G['x']
+_SOURCE_ROOT = re.compile(r"^[A-Z]\[['\"][^'\"]*['\"]\]")
+_SOURCE_INDEX = re.compile(r"\._modules\[['\"]([^'\"]*)['\"]\]|\[['\"]([^'\"]*)['\"]\]|\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class GraphModulePath:
+    """The module a compiled graph node came from, as the module tracker names it in eager.
+
+    `absolute`: the outermost module Dynamo saw, by class, then the attribute path ("Block.layers.0"; "" for none,
+    top level). `relative`: when the graph is a compiled module's own forward, Dynamo's sources start at that
+    module's `self`, which its stack does not list: the path below it (".layers.0"), to be put under the module the
+    graph runs in; None otherwise."""
+
+    absolute: str
+    relative: str | None = None
+
+
+def _source_path(source: str, root: str) -> str:
+    rest = source[len(root):] if source.startswith(root) else ""
+    return _SOURCE_INDEX.sub(lambda m: "." + next(g for g in m.groups() if g is not None), rest)
+
+
+def graph_module_path(stack: Any) -> GraphModulePath:
+    """A graph node's module from Dynamo's `nn_module_stack` ({key: (source, class)}, outermost first; sources such
+    as "G['model'].layers.0", "L['self'].layers[0]", "L['m']._modules['0']")."""
+    entries = [e[:2] for e in (stack.values() if isinstance(stack, dict) else ())
+               if isinstance(e, tuple) and len(e) >= 2 and isinstance(e[0], str)]
+    if not entries:
+        return GraphModulePath("")
+    (root_source, root_class), (source, _) = entries[0], entries[-1]
+    name = getattr(root_class, "__name__", None) or str(root_class).rsplit(".", 1)[-1].strip("'>")
+    # a compiled module's forward: the outermost listed module is an attribute of a local (its `self`), not the
+    # local itself, a global, or a closure cell of a compiled function
+    frame = _SOURCE_ROOT.match(root_source)
+    below = root_source[frame.end():] if frame and frame.group(0).startswith("L[") else ""
+    relative = _source_path(source, frame.group(0)) if below and not below.startswith(".__") else None
+    return GraphModulePath(name + _source_path(source, root_source), relative)
+
+
+def register_graph_module_hook(hook: Callable[[str, str | None, bool, int], None]) -> Any:
+    """Call `hook(absolute, relative, backward, compiled)` each time a compiled graph's ops enter another module
+    (the `GraphModulePath` of its nodes' `nn_module_stack`; a backward graph's nodes name the forward module they
+    differentiate; `compiled` is the same for the forward and backward graphs of one compile). Module hooks do not
+    run inside a graph: this is how a profile attributes its ops. Returns a removable handle, as torch's
+    `register_module_forward_hook` does."""
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(_graph_module_hooks)
+    _graph_module_hooks[handle.id] = hook
+    return handle
+
+
+def _enter_graph_module(absolute: str, relative: str | None, backward: bool, compiled: int) -> None:
+    """Inserted into a compiled graph where its nodes' module changes (`_mark_graph_modules`); plain values, as FX
+    writes them into the graph's code."""
+    for hook in tuple(_graph_module_hooks.values()):
+        hook(absolute, relative, backward, compiled)
+
+
+def _mark_graph_modules(gm: torch.fx.GraphModule, backward: bool, compiled: int) -> None:
+    """Before each op of `gm` whose module differs from the previous op's, a call telling the hooks
+    (`register_graph_module_hook`) which module the following ops belong to."""
+    key = "fwd_nn_module_stack" if backward else "nn_module_stack"
+    last = None
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function":
+            continue
+        path = graph_module_path(n.meta.get(key))
+        if path != last:
+            with gm.graph.inserting_before(n):
+                gm.graph.call_function(_enter_graph_module, (path.absolute, path.relative, backward, compiled))
+            last = path
+
+
+def _graph_runner(kind: str, compiled: int) -> Callable[[torch.fx.GraphModule, list[Any]], Callable]:
     """Runs AOTAutograd's graph on the device; while a subscriber listens, its ops are recorded as one launch
     (an input mutation's write-back runs unrecorded: TorchNeuron's NEFF has no such copy)."""
     def compiler(gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable:
         from functorch.compile import make_boxed_func
 
         bus = _device.registry().bus
-        if any(_writes_graph_input(n) for n in gm.graph.nodes):
-            for n in gm.graph.nodes:
-                if _writes_graph_input(n):
-                    n.target = _write_back_unrecorded
-            gm.recompile()
+        for n in gm.graph.nodes:
+            if _writes_graph_input(n):
+                n.target = _write_back_unrecorded
+        _mark_graph_modules(gm, kind == "backward", compiled)
+        gm.recompile()
 
         def run(*args: Any) -> Any:
             if not bus.active:
@@ -166,12 +247,13 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
     # (its executor aliases the output to the input), so they run inside the NEFF, not as eager copies after it.
     from neuron_studio.device.emulator.registration import unrecorded
 
+    compile_id = next(_compile_ids)   # the forward and backward graphs of this compile share it
     # What torch runs while it compiles is not the program's: its structured-trace logging formats real device
     # tensors (a recompile inside a profiled step recorded three host syncs for their printing), FakeTensor runs
     # real kernels for ops without meta kernels
     with unrecorded():
-        compiled = aot_autograd(fw_compiler=_graph_runner("forward"),
-                                bw_compiler=_graph_runner("backward"),
+        compiled = aot_autograd(fw_compiler=_graph_runner("forward", compile_id),
+                                bw_compiler=_graph_runner("backward", compile_id),
                                 keep_inference_input_mutations=True)(gm, example_inputs)
     reg.compile_log.append({
         "graph_key": key,

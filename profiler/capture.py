@@ -194,6 +194,10 @@ class Capture:
                     source = source.copy()
                     source[backward[fill]] = fwd_lines[pos[fill]]
                     batch = dataclasses.replace(batch, source=source)
+        in_graph = np.flatnonzero(batch.graph >= 0)
+        if len(in_graph):   # ops inside compiled graphs: the module their graph's nodes name (no module hooks ran)
+            paths, known = self._tracker.graph_modules(seqs[in_graph], batch.graph[in_graph])
+            modules[in_graph[known]] = paths[known]
         steps = self._step_index(seqs)
         ops = ops_frame(batch, modules=modules, phases=phases, steps=steps)
         memory = None

@@ -43,6 +43,12 @@ class ModuleTracker:
         self.classes: dict[str, str] = {}  # module path -> class name (for kernel lookups)
         self.handles: list[Any] = []
         self.thread = threading.get_ident()
+        # inside compiled graphs (no module hooks run there): the graph launch, the last op's sequence number and
+        # the module the next ops belong to, each time a graph's ops enter another module (modes.py's hook)
+        self.graph_launch: list[int] = []
+        self.graph_seq: list[int] = []
+        self.graph_path: list[str] = []
+        self._graph_roots: dict[int, str] = {}   # per compile: the module its forward graph ran in
 
     def _name(self, module: torch.nn.Module) -> str:
         key = id(module)
@@ -113,16 +119,35 @@ class ModuleTracker:
             self.stack.pop()
         self._mark("forward")
 
+    def graph_module(self, absolute: str, relative: str | None, backward: bool, compiled: int) -> None:
+        """A compiled graph's next ops belong to a module (`modes.GraphModulePath`; a backward graph's, to the backward
+        of that module). A compiled module's own graph names its modules below it (`relative`): they go under the
+        module it runs in (the forward's, remembered for the backward of the same compile), as eager names them."""
+        path = absolute
+        if relative is not None:
+            if not backward:
+                outer = next((p for p in reversed(self.stack) if self.classes.get(p) != "GraphModule"), None)
+                if outer is not None:
+                    self._graph_roots[compiled] = outer
+            if compiled in self._graph_roots:
+                path = self._graph_roots[compiled] + relative
+        self.graph_launch.append(int(self.bus.current_graph))
+        self.graph_seq.append(int(self.bus.last_seq))
+        self.graph_path.append((f"{path} (backward)" if path else "(backward)") if backward else path)  # as eager
+
     def start(self) -> None:
         self._modules_by_path: dict[str, torch.nn.Module] = {}
         from torch.nn.modules import module as m
         from torch.optim import optimizer as o
+
+        from neuron_studio.modes import register_graph_module_hook
 
         self.handles = [
             m.register_module_forward_pre_hook(self.pre),
             m.register_module_forward_hook(self.post, always_call=True),
             o.register_optimizer_step_pre_hook(self.opt_pre),
             o.register_optimizer_step_post_hook(self.opt_post),
+            register_graph_module_hook(self.graph_module),
         ]
 
     def stop(self) -> None:
@@ -141,6 +166,20 @@ class ModuleTracker:
         paths[:] = self.trans_path
         out[i >= 0] = paths[i[i >= 0]]
         return out
+
+    def graph_modules(self, seqs: np.ndarray, graphs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(module path, known) of ops run inside compiled graphs (`graphs`: each op's graph launch): the module the
+        graph's nodes named for the op (`graph_module`), known only for an op whose own launch said one."""
+        paths = np.full(len(seqs), "", dtype=object)
+        if not self.graph_seq or not len(seqs):
+            return paths, np.zeros(len(seqs), dtype=bool)
+        i = np.searchsorted(np.asarray(self.graph_seq, dtype=np.int64), seqs, side="left") - 1
+        launches = np.asarray(self.graph_launch, dtype=np.int64)
+        known = (i >= 0) & (launches[np.maximum(i, 0)] == graphs)
+        marks = np.empty(len(self.graph_path), dtype=object)
+        marks[:] = self.graph_path
+        paths[known] = marks[i[known]]
+        return paths, known
 
     def assign(self, seqs: np.ndarray) -> tuple[list[str], list[str]]:
         """Module path and phase for each op sequence number."""
