@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 from neuron_studio.profiler.analysis.fusion_regions import REGION_MODES, region_splits
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
@@ -23,6 +25,9 @@ SUMMARY_VERSION = 1
 #: Lines the op table lists under it where the user's code ends launch regions.
 _TOP_SPLITS = 10
 _TOP_TABLE = 30
+#: A sync point is one (op, reason, source line, module): its occurrences are one point.
+_SYNC_POINT = ("op", "reason", "source", "module")
+_TOP_SYNC_POINTS = 50
 
 
 def _per_step(total: Any, steps: int) -> float | None:
@@ -153,13 +158,15 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         # where the user's code ends launch regions, with the fix (the op table lists them under the table)
         "region_splits": region_splits(prof.fusion_regions(), steps)[:_TOP_SPLITS]
         if prof.trace.mode in REGION_MODES else [],
-        "badges": {"fallbacks": int(fb["count"].sum()) if len(fb) else 0, "sync_points": int(len(sp)),
+        # the places that fall back / make the host wait (the rows of the Issues tables), not their occurrences
+        # over the profiled steps: the same step profiled 3 times has the same badges
+        "badges": {"fallbacks": int(len(fb)), "sync_points": int(len(sp.drop_duplicates(list(_SYNC_POINT)))),
                    "recompiles": int(len(rc))},
         "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,
                        "time_ns": finite_float(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
         "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": prof.module_label(r.module)}
-                        for r in sp.head(50).itertuples(index=False)],
+                        for r in _first_sync_points(sp).itertuples(index=False)],
         "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
                        for r in rc.itertuples(index=False)],
         "cost": {"chip": cost.chip, "per_step_usd": finite_float(cost.per_step_usd) if sized else None,
@@ -182,6 +189,16 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         + ([no_timeline] if no_timeline else []),
         "provenance": _provenance(meta),
     })
+
+
+def _first_sync_points(sp: Any) -> Any:
+    """Each occurrence of the first `_TOP_SYNC_POINTS` distinct sync points (a reader counts a point's occurrences
+    per step from them): cutting occurrences instead would undercount a point the more steps were profiled."""
+    if not len(sp):
+        return sp
+    keys = list(zip(*(sp[c].where(sp[c].notna(), None).tolist() for c in _SYNC_POINT)))
+    first = set(list(dict.fromkeys(keys))[:_TOP_SYNC_POINTS])
+    return sp[np.asarray([k in first for k in keys], dtype=bool)]
 
 
 def _trace_view(prof: Any, sized: bool) -> dict[str, Any] | None:

@@ -1,0 +1,186 @@
+"""Every per-step figure a profile's summary shows is the same whether 1 or 3 steps were profiled (the developers'
+guide: never a figure that changes with how it was measured). Each profile gets a fresh model and optimizer and
+the same warm-up, so both record the same steady-state step.
+
+The comparison walks the whole summary, so a figure added later is held to it too. Left out, each for a reason:
+measured host times (they vary run to run), the run's identity and step count, the timelines (drawn over the
+profiled span, which is 3 steps long) and positions in them, and the per-step breakdown list (compared step by
+step instead). Tolerance: the model gives each op a whole number of ns, and an op's time varies by a few ns
+between steps, so a time may differ by `NS_PER_OP` per op in it; every other figure agrees to 1e-6.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Callable
+
+import pytest
+import torch
+
+from neuron_studio.profiler.capture import profile
+from tests.models.blocks import TransformerBlock
+
+#: A per-step modeled time may differ by this much per op in it (whole-ns per op, varying between steps).
+NS_PER_OP = 3.0
+REL = 1e-6
+#: Keys that are not per-step figures: the run's identity, measured host times, the timelines drawn over the
+#: profiled span (positions and event counts in them), the list of each step's breakdown.
+SKIP = {"run_id", "steps", "steps_total", "host_time_ns", "host_ns", "timeline", "trace_view", "index", "events"}
+#: Lists whose rows are matched by what they are, not by position (ties may order rows differently).
+ROW_KEYS: dict[str, Callable[[dict], Any]] = {
+    "hot_ops": lambda r: (r["op"], r["module"], r["source"]),
+    "op_table": lambda r: r["op"],
+    "fallbacks": lambda r: (r["op"], r["reason"]),
+    "sync_points": lambda r: (r["op"], r["reason"], r["source"], r["module"]),
+    "rows": lambda r: r["variant"],                       # what_if.rows
+    "levers": lambda r: (r["key"], r["title"]),
+    "no_help": lambda r: (r["key"], r["title"]),
+    "chips": lambda r: (r["chip"], r["lnc"]),
+    "live": lambda r: (r["name"], r["category"], r["op"], r["module"], r["source"], r["shape"]),
+    "activations": lambda r: r["module"],
+    "engines": lambda r: r["engine"],
+    "parts": lambda r: r["key"],
+    "recommendations": lambda r: r["category"],
+    "region_splits": lambda r: (r.get("source"), r.get("op")),
+}
+#: Truncated lists (the top rows): a row only one side shows must tie with the other side's last row.
+RANKED_BY = {"hot_ops": "device_ns", "op_table": "device_ns", "live": "nbytes", "activations": "activation_bytes"}
+
+
+def _summary(steps: int, mode: str, sync: bool) -> dict:
+    torch.manual_seed(0)
+    model = TransformerBlock(64, 4).to("neuron")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x = torch.randn(2, 16, 64, device="neuron")
+
+    def step() -> None:
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        if sync:
+            loss.item()
+            torch.nonzero(x > 0)       # a data-dependent op: a sync row every step
+            torch.unique(x.round())    # a CPU fallback every step
+
+    return profile(step, steps=steps, warmup=1, mode=mode, host_events=False).to_summary()
+
+
+def _text(s: str) -> str:
+    """A line that re-runs the profile keeps the user's own number of steps (`--steps 3`, `steps=3`): not a figure."""
+    return re.sub(r"(--steps |\bsteps=)\d+", r"\1N", s)
+
+
+def _ops_in(row: Any) -> float:
+    if isinstance(row, dict):
+        for k in ("count", "launches"):
+            if isinstance(row.get(k), (int, float)):
+                return max(1.0, float(row[k]))
+    return 1.0
+
+
+def _share_per_ns(a: dict, b: dict, inherited: float) -> float:
+    """What one ns of a row's device time is as a share (its share over its time), for the share's tolerance."""
+    per = [r["share"] / r["device_ns"] for r in (a, b) if isinstance(r.get("share"), (int, float))
+           and isinstance(r.get("device_ns"), (int, float)) and r["device_ns"] > 0]
+    return max(per) if per else inherited
+
+
+def _compare(a: Any, b: Any, path: str, diffs: list[str], *, ops: float = 1.0, per_ns: float = 0.0) -> None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        row_ops, row_per_ns = max(_ops_in(a), _ops_in(b)), _share_per_ns(a, b, per_ns)
+        for k in sorted(set(a) | set(b)):
+            if k not in SKIP:
+                _compare(a.get(k), b.get(k), f"{path}.{k}", diffs, ops=row_ops, per_ns=row_per_ns)
+        return
+    if isinstance(a, list) and isinstance(b, list):
+        name = path.rsplit(".", 1)[-1]
+        keyed = ROW_KEYS.get(name)
+        if keyed and all(isinstance(r, dict) for r in a + b):
+            ka, kb = {keyed(r): r for r in a}, {keyed(r): r for r in b}
+            rank = RANKED_BY.get(name)
+            for only, other in ((set(ka) - set(kb), b), (set(kb) - set(ka), a)):
+                for k in only:
+                    row = ka.get(k) or kb.get(k)
+                    if not (rank and other and _close(row[rank], other[-1][rank], f".{rank}", _ops_in(row))):
+                        diffs.append(f"{path}: {k} in one summary only")
+            for k in set(ka) & set(kb):
+                _compare(ka[k], kb[k], f"{path}[{k}]", diffs, per_ns=per_ns)
+            return
+        if len(a) != len(b):
+            diffs.append(f"{path}: {len(a)} vs {len(b)} entries")
+        for i, (x, y) in enumerate(zip(a, b)):
+            _compare(x, y, f"{path}[{i}]", diffs, ops=ops, per_ns=per_ns)
+        return
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        if not _close(a, b, path, ops, per_ns):
+            diffs.append(f"{path}: {a} vs {b}")
+        return
+    if isinstance(a, str) and isinstance(b, str):
+        if _text(a) != _text(b):
+            diffs.append(f"{path}: {a[:160]!r} vs {b[:160]!r}")
+        return
+    if a != b:
+        diffs.append(f"{path}: {a!r} vs {b!r}")
+
+
+def _close(a: float, b: float, path: str, ops: float, per_ns: float = 0.0) -> bool:
+    leaf = path.rsplit(".", 1)[-1]
+    slack = NS_PER_OP * ops if leaf.endswith("ns") else 0.0
+    if leaf == "share":
+        slack = NS_PER_OP * ops * per_ns      # the same few ns per op, as a share
+    return math.isclose(a, b, rel_tol=REL, abs_tol=slack + 1e-12)
+
+
+@pytest.fixture(scope="module", params=[("eager", True), ("adaptive", True), ("adaptive", False)],
+                ids=["eager-sync", "adaptive-sync", "adaptive"])
+def one_and_three(request: pytest.FixtureRequest) -> tuple[dict, dict]:
+    mode, sync = request.param
+    return _summary(1, mode, sync), _summary(3, mode, sync)
+
+
+def test_every_per_step_figure_is_the_same_for_one_and_three_profiled_steps(one_and_three: tuple[dict, dict]) -> None:
+    one, three = one_and_three
+    assert one["steps"] == 1 and three["steps"] == 3
+    diffs: list[str] = []
+    _compare(one, three, "", diffs, per_ns=1 / one["step_time_ns"])
+    assert not diffs, "\n".join(diffs)
+
+
+def test_each_profiled_steps_breakdown_is_the_one_step_breakdown(one_and_three: tuple[dict, dict]) -> None:
+    one, three = one_and_three
+    (only,) = one["breakdown"]["steps"]
+    assert len(three["breakdown"]["steps"]) == 3
+    for s in three["breakdown"]["steps"]:
+        diffs: list[str] = []
+        _compare({k: v for k, v in only.items() if k != "step"}, {k: v for k, v in s.items() if k != "step"},
+                 f"breakdown.steps[{s['step']}]", diffs)
+        assert not diffs, "\n".join(diffs)
+
+
+def test_the_comparison_sees_a_figure_summed_over_the_steps(one_and_three: tuple[dict, dict]) -> None:
+    """The check itself: a total over the 3 steps where a per-step figure belongs is reported."""
+    one, three = one_and_three
+    row = dict(three["op_table"][0])
+    row["count"] = row["count"] * 3
+    diffs: list[str] = []
+    _compare(one, {**three, "op_table": [row, *three["op_table"][1:]]}, "", diffs, per_ns=1 / one["step_time_ns"])
+    assert any(".count" in d for d in diffs)
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_a_sync_points_occurrences_per_step_are_all_in_the_summary(steps: int) -> None:
+    """A reader counts each sync point's occurrences per step from the summary's list (the extension's
+    Count/step): the list is cut after whole points, never mid-point, so the count does not fall as steps grow."""
+    torch.manual_seed(0)
+    x = torch.randn(64, device="neuron")
+
+    def step() -> None:
+        for i in range(20):
+            x[i].item()
+
+    s = profile(step, steps=steps, warmup=1, mode="eager", host_events=False).to_summary()
+    items = [p for p in s["sync_points"] if p["reason"] == "item"]
+    assert len({(p["op"], p["source"]) for p in items}) == 1
+    assert len(items) / steps == 20
+    assert s["badges"]["sync_points"] == len({tuple(p.values()) for p in s["sync_points"]})
