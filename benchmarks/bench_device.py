@@ -14,9 +14,9 @@
     device (as on TorchNeuron) and the per-parameter loop on CPU, so each is measured with `foreach=` set
     explicitly on both;
 (c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU).
-(b) and (c) print each side's minor page faults per step: the kernels and shapes are the same on both sides,
-but where the step's temporaries are allocated is not (autograd runs a non-CPU device's backward on its own
-worker thread), and glibc may hand one side's temporaries back to the OS and fault them in again each step.
+(b) and (c) print each side's forward, backward and optimizer times and minor page faults per step: the
+kernels and shapes are the same on both sides, but autograd runs a non-CPU device's backward on its own worker
+thread, and glibc may hand one side's temporaries back to the OS and fault them in again each step.
 CPU and neuron repetitions are interleaved and medians reported, so drift in machine load hits both.
 """
 from __future__ import annotations
@@ -147,52 +147,61 @@ def bench_capture_stop(reps: int) -> list[tuple]:
              float("nan"), "drain + module/phase/source + ops table, once per profile")]
 
 
-def make_step(case: str, dev: str):  # noqa: ANN201
-    """One step of case (b) or (c) on `dev` (the same seed, model and data on both sides)."""
+def make_step(case: str, dev: str, phases: list[tuple[float, ...]]):  # noqa: ANN201
+    """One step of case (b) or (c) on `dev` (the same seed, model and data on both sides); each call appends
+    the seconds of its forward, backward and optimizer step to `phases`."""
     torch.manual_seed(0)
     if case.startswith("mlp"):
         model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).to(dev)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3, foreach=case == "mlp-foreach")
         x = torch.randn(64, 1024).to(dev)
+    else:
+        model = PreNormBlock(512, 8).to(dev)
+        x = torch.randn(8, 256, 512).to(dev)
+        opt = None
 
-        def step() -> None:
+    def step() -> None:
+        t0 = time.perf_counter()
+        if opt is not None:
             opt.zero_grad()
-            model(x).square().mean().backward()
+        else:
+            model.zero_grad()
+        loss = model(x).square().mean()
+        t1 = time.perf_counter()
+        loss.backward()
+        t2 = time.perf_counter()
+        if opt is not None:
             opt.step()
+        phases.append((t1 - t0, t2 - t1, time.perf_counter() - t2))
 
-        return step
-    model = PreNormBlock(512, 8).to(dev)
-    x = torch.randn(8, 256, 512).to(dev)
+    return step
 
-    def block_step() -> None:
-        model.zero_grad()
-        model(x).square().mean().backward()
 
-    return block_step
+def steps_side_by_side(case: str, reps: int) -> tuple[dict[str, float], str]:
+    """Median seconds per step on each side, and a note: page faults and forward/backward/optimizer times."""
+    faults: dict[str, list[int]] = {"cpu": [], "neuron": []}
+    phases: dict[str, list[tuple[float, ...]]] = {"cpu": [], "neuron": []}
+    m = interleaved({k: faults_counted(make_step(case, k, phases[k]), faults[k]) for k in faults}, reps)
+    med = {k: [statistics.median(p) * 1e3 for p in zip(*v[-reps:])] for k, v in phases.items()}
+    names = ("fwd", "bwd", "opt") if case.startswith("mlp") else ("fwd", "bwd")
+    split = ", ".join(f"{n} {med['cpu'][i]:.1f}/{med['neuron'][i]:.1f}" for i, n in enumerate(names))
+    pf = {k: statistics.median(v) for k, v in faults.items()}
+    return m, f"ms cpu/neuron: {split}; page faults/step {pf['cpu']:.0f}/{pf['neuron']:.0f}"
 
 
 def bench_mlp(reps: int) -> list[tuple]:
     rows = []
-    for case, foreach, why in (("mlp-foreach", True, "neuron's default (as TorchNeuron's)"),
-                               ("mlp-loop", False, "CPU's default")):
-        faults: dict[str, list[int]] = {"cpu": [], "neuron": []}
-        m = interleaved({k: faults_counted(make_step(case, k), faults[k]) for k in faults}, reps)
+    for case, foreach, why in (("mlp-foreach", True, "neuron's default"), ("mlp-loop", False, "CPU's default")):
+        m, note = steps_side_by_side(case, reps)
         rows.append((f"(b) MLP 64x1024x1024 fwd+bwd+SGD foreach={foreach}", "ms/step", m["cpu"] * 1e3,
-                     m["neuron"] * 1e3, m["neuron"] / m["cpu"], f"goal <= 1.05x; both sides {why}; "
-                     + _faults_note(faults)))
+                     m["neuron"] * 1e3, m["neuron"] / m["cpu"], f"goal <= 1.05x; {why}; {note}"))
     return rows
 
 
 def bench_block(reps: int) -> list[tuple]:
-    faults: dict[str, list[int]] = {"cpu": [], "neuron": []}
-    m = interleaved({k: faults_counted(make_step("block", k), faults[k]) for k in faults}, reps)
+    m, note = steps_side_by_side("block", reps)
     return [("(c) transformer block d512 s256 b8 fwd+bwd", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
-             m["neuron"] / m["cpu"], "goal <= 1.05x; " + _faults_note(faults))]
-
-
-def _faults_note(faults: dict[str, list[int]]) -> str:
-    pf = {k: statistics.median(v) for k, v in faults.items()}
-    return f"page faults/step cpu {pf['cpu']:.0f}, neuron {pf['neuron']:.0f}"
+             m["neuron"] / m["cpu"], f"goal <= 1.05x; {note}")]
 
 
 def main(argv: list[str] | None = None) -> None:
