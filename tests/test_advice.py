@@ -168,6 +168,32 @@ def test_bf16_autocast_row_casts_the_weights_again_every_step(mode: str) -> None
     assert predicted[1] == pytest.approx(ran.step_time_ns, rel=0.10)
 
 
+def test_bf16_autocast_row_casts_the_weights_again_in_each_micro_batch() -> None:
+    """Gradient accumulation: each micro-batch's forward pass is its own autocast block, whose exit clears the cast
+    cache, so the weights are cast once per micro-batch, not once per step; as the run under autocast does."""
+    def accumulating(autocast: bool):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)).to("neuron")
+        opt = torch.optim.AdamW(model.parameters())
+        xs = [torch.randn(64, 256, device="neuron") for _ in range(2)]
+
+        def step():
+            for x in xs:
+                with torch.autocast("neuron", dtype=torch.bfloat16, enabled=autocast):
+                    y = model(x)
+                y.float().pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+        return profile(step, steps=2, warmup=1, mode="eager", chip="trn2")
+
+    prof, ran = accumulating(False), accumulating(True)
+    rewritten = [c for c in prof.code_changes() if c.key == "autocast_bf16"][0].ops
+    assert _downcasts(rewritten) == _downcasts(ran.trace.ops) > 0
+    row = prof.what_if(chips=["trn2"]).set_index("variant").loc["bf16 autocast"]
+    assert row["step_time_ns"] == pytest.approx(ran.step_time_ns, rel=0.10)
+
+
 def test_fp32_compute_bound_step_is_told_autocast_before_any_kernel() -> None:
     prof = _fp32_matmuls(False, "adaptive")
     rec = prof.step_breakdown().recommendations[0]
