@@ -78,11 +78,24 @@ def _vmhwm() -> int:
     return 0
 
 
-def worker_ours(job: str, workers: int | None, straggler: int, max_skew_us: float) -> dict:
+def worker_ours(job: str, workers: int | None, straggler: int, max_skew_us: float, dask: bool = False) -> dict:
+    """The job mapped on local worker processes, or (`dask`) on a Dask LocalCluster of as many worker
+    processes (one thread each) started here: its scheduler and workers are this process's children."""
+    import contextlib
+    import hashlib
+
     from neuron_studio.profiler.job_map import analyze_job
 
     t0, c0 = time.perf_counter(), time.process_time()
-    res = analyze_job(job, workers=workers)
+    with contextlib.ExitStack() as stack:
+        client = None
+        if dask:
+            from distributed import Client, LocalCluster
+
+            cluster = stack.enter_context(LocalCluster(n_workers=workers or 2, threads_per_worker=1, processes=True,
+                                                       dashboard_address=None, memory_limit=0))
+            client = stack.enter_context(Client(cluster))
+        res = analyze_job(job, workers=workers, client=client)
     a = res.analysis
     s = a.straggler
     al = a.alignment
@@ -99,6 +112,9 @@ def worker_ours(job: str, workers: int | None, straggler: int, max_skew_us: floa
             "alignment": None if al is None else al.method,
             "residual_skew_ns": None if al is None else al.residual_skew_ns, "skew_error_ns": skew_err,
             "digest_bytes": digest_bytes,
+            # the report's ranks section, hashed: the same on local processes and on Dask
+            "report_sha": hashlib.sha256(json.dumps(a.to_summary(), sort_keys=True, default=str).encode())
+            .hexdigest()[:16],
             "slowest": a.slowest_collective}
 
 
@@ -202,12 +218,14 @@ def main() -> None:
     ap.add_argument("--skip-job", action="store_true", help="only the first-ranks comparison")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--reuse", action="store_true")
+    ap.add_argument("--dask", action="store_true", help="also map the first ranks on a Dask LocalCluster "
+                    "(--workers worker processes) and compare its report with the local processes' one")
     ap.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         kind, rest = args.worker[0], args.worker[1:]
         if kind == "ours":
-            res = worker_ours(rest[0], int(rest[1]) or None, int(rest[2]), float(rest[3]))
+            res = worker_ours(rest[0], int(rest[1]) or None, int(rest[2]), float(rest[3]), rest[4:5] == ["dask"])
         elif kind == "one":
             res = worker_one_rank(rest[0])
         else:
@@ -242,7 +260,7 @@ def main() -> None:
             return
         wp = max(r.get("worker_peaks") or [0]) or r.get("peak_rss")
         detail = {k: r[k] for k in ("engine", "straggler", "straggler_ok", "delayed", "alignment",
-                                    "residual_skew_ns", "skew_error_ns", "digest_bytes", "load_s", "map_s",
+                                    "residual_skew_ns", "skew_error_ns", "digest_bytes", "report_sha", "load_s", "map_s",
                                     "reduce_s") if k in r}
         print(f"{name:<18}{r['seconds']:>9.1f}{r.get('client_cpu_s', 0):>14.1f}"
               f"{_mb(r.get('client_peak_rss')):>13}{_mb(r.get('tree_peak_rss')):>12}{_mb(wp):>12}  {detail}  "
@@ -252,6 +270,9 @@ def main() -> None:
     n8 = min(args.hta_ranks, spec.ranks)
     strag8 = spec.straggler if spec.straggler is not None and spec.straggler < n8 else -1
     row(f"ours, first {n8}", run_worker(["ours", str(first), w, str(strag8), str(spec.max_skew_us)], timeout=to))
+    if args.dask:
+        row(f"ours, first {n8}, Dask", run_worker(["ours", str(first), w, str(strag8), str(spec.max_skew_us), "dask"],
+                                                  timeout=to))
     if not args.skip_hta:
         row(f"HTA, first {n8}", run_worker(["hta", str(first)], args.hta_python, timeout=to))
     if not args.skip_job:
@@ -275,6 +296,13 @@ def main() -> None:
         print(f"ours / HTA on the first {n8} ranks: time {ours8['seconds'] / hta8['seconds']:.2f}x, "
               f"peak memory (process tree) {ours8['tree_peak_rss'] / hta8['tree_peak_rss']:.2f}x, "
               f"client process peak {ours8['client_peak_rss'] / hta8['client_peak_rss']:.2f}x")
+    dask8 = res.get(f"ours, first {n8}, Dask")
+    if ours8 and dask8 and "error" not in ours8 and "error" not in dask8:
+        same = ours8["report_sha"] == dask8["report_sha"]
+        print(f"Dask LocalCluster vs local processes on the first {n8} ranks: report "
+              f"{'identical' if same else 'DIFFERENT'} (sha {dask8['report_sha']} vs {ours8['report_sha']}), "
+              f"time {dask8['seconds'] / ours8['seconds']:.2f}x, process tree peak "
+              f"{dask8['tree_peak_rss'] / ours8['tree_peak_rss']:.2f}x")
     failed = [n for n, r in rows if "error" in r]
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")
