@@ -35,21 +35,22 @@ def _esc(s: str) -> str:
 
 def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, path: str) -> int:
     """Write one rank's ops as Chrome events (comma-separated, no brackets) to `path`; returns the count."""
-    from neuron_studio.profiler.job_map import _release_memory, read_rank
+    from neuron_studio.profiler.job_map import _release_memory, read_rank_trace
 
-    trace, _ = read_rank(inp)
+    trace = read_rank_trace(inp)
     ops = trace.ops
     shift = offset_ns - origin_ns
     ts = (ops["start_ns"].to_numpy(dtype=np.int64) + shift) / 1000.0
     dur = (ops["end_ns"].to_numpy(dtype=np.int64) - ops["start_ns"].to_numpy(dtype=np.int64)) / 1000.0
     names = ops["name"].astype(str).tolist()
+    escaped = {nm: _esc(nm) for nm in set(names)}          # a rank has few distinct op names
     threads = ops["thread"].to_numpy(dtype=np.int64)
     seqs = ops["seq"].to_numpy(dtype=np.int64)
     n = 0
     with open(path, "w", encoding="ascii") as fh:
         parts = []
         for name, t, d, th, sq in zip(names, ts.tolist(), dur.tolist(), threads.tolist(), seqs.tolist()):
-            parts.append(f'{{"ph":"X","pid":{rank},"tid":{th},"ts":{t:.3f},"dur":{d:.3f},"name":{_esc(name)},'
+            parts.append(f'{{"ph":"X","pid":{rank},"tid":{th},"ts":{t:.3f},"dur":{d:.3f},"name":{escaped[name]},'
                          f'"cat":"op","args":{{"seq":{sq}}}}}')
             n += 1
             if len(parts) >= 50_000:

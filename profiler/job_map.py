@@ -31,7 +31,7 @@ from neuron_studio.profiler.analysis.rank_digest import RankDigest, write_digest
 from neuron_studio.profiler.analysis.ranks import RankAnalysis, reduce_digests
 from neuron_studio.profiler.importers.job_inputs import RankInput, job_inputs
 
-__all__ = ["JobAnalysis", "analyze_job", "map_rank", "read_rank", "local_workers", "memory_estimate",
+__all__ = ["JobAnalysis", "analyze_job", "map_rank", "read_rank", "read_rank_trace", "local_workers", "memory_estimate",
            "JobMapError", "BYTES_PER_JSON_BYTE", "GZIP_RATIO"]
 
 #: Called in the worker with each rank's input and Profile (e.g. to save its tables); must be picklable.
@@ -113,13 +113,21 @@ def read_rank(inp: RankInput) -> tuple[Any, Any]:
 
         prof = load_neuron_profile(inp.path)
         return prof.trace, prof
-    if inp.kind == "store-rank":
-        trace = _store_rank_trace(Path(inp.path), int(inp.store_rank))
-    else:
-        from neuron_studio.profiler.importers import read_trace
-
-        trace = read_trace(inp.path)
+    trace = read_rank_trace(inp)
     return trace, Profile.from_trace(trace)
+
+
+def read_rank_trace(inp: RankInput) -> Any:
+    """The Trace of one rank's input, not modeled (what the job's Perfetto export needs)."""
+    if inp.kind == "neuron-explorer":
+        from neuron_studio.profiler.neuron_profile import load_neuron_profile
+
+        return load_neuron_profile(inp.path).trace
+    if inp.kind == "store-rank":
+        return _store_rank_trace(Path(inp.path), int(inp.store_rank))
+    from neuron_studio.profiler.importers import read_trace
+
+    return read_trace(inp.path)
 
 
 def _store_rank_trace(d: Path, rank: int) -> Any:
