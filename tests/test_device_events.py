@@ -219,3 +219,28 @@ def test_backward_ops_of_nodes_without_a_forward_op_name_none() -> None:
     fwd = [int(t[8:]) for e in backward for t in e.tags if t.startswith("fwd_seq=")]
     assert fwd and all(0 <= s < 2**63 for s in fwd)  # never the "no sequence number" sentinel (UINT64_MAX)
     assert any(not any(t.startswith("fwd_seq=") for t in e.tags) for e in backward)  # AccumulateGrad's ops
+
+
+def test_flop_formulas_load_with_the_first_subscription_not_the_import() -> None:
+    import subprocess
+    import sys
+
+    code = """
+import sys, torch, neuron_studio
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+q = torch.randn(2, 4, 16, 8).to("neuron")
+assert "torch.utils.flop_counter" not in sys.modules  # torch's CUDA wheels: it imports triton (~130 ms)
+with neuron_studio.device.subscribe() as sub:
+    sdpa(q, q, q, is_causal=True)
+    (q @ q.transpose(-1, -2)).sum()
+events = sub.drain()
+from torch.utils.flop_counter import sdpa_flop_count
+att = [e for e in events if "attention" in e.name]
+assert len(att) == 1 and att[0].flops == sdpa_flop_count((2, 4, 16, 8), (2, 4, 16, 8), (2, 4, 16, 8)), att
+assert "causal" in att[0].tags, att[0].tags
+bmm = [e for e in events if e.name in ("aten::bmm", "aten::matmul", "aten::mm")]
+assert bmm and bmm[0].flops == 2 * 2 * 4 * 16 * 16 * 8, bmm
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-2000:]

@@ -13,7 +13,6 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import flop_registry
 
 from neuron_studio.device import events as ev
 from neuron_studio.device.coverage import op_coverage
@@ -30,6 +29,8 @@ _EXTRA_FIELDS = frozenset({"tags", "transfer_bytes"})
 
 def keep_args_ops() -> list[str]:
     """Qualified names of the ops whose argument metadata C++ keeps: those with a FLOP formula or a hook."""
+    from torch.utils.flop_counter import flop_registry
+
     names = {p._qualified_op_name for p in flop_registry if hasattr(p, "_qualified_op_name")}  # not HOPs
     names |= {f"{op._schema.name}.{op._overloadname}" for op in RECORD_EXTRA}
     return sorted(names)
@@ -43,9 +44,22 @@ class NativeEventSource:
         self._bus = bus
         self._ops: dict[tuple[str, str], Any] = {}
         self._policies: dict[tuple, tuple] = {}  # (name, dtypes in/out, eager) -> (fallback, round trip, tags)
+        self._armed = False
 
     def configure(self, active: bool, want_source: bool, capacity: int) -> None:
+        if active and not self._armed:
+            self._arm()
         self._C.set_recording(active, want_source, capacity)
+
+    def _arm(self) -> None:
+        """Tell C++ which ops' arguments to keep (those with a FLOP formula or a record hook), when recording first
+        starts: torch.utils.flop_counter imports triton wherever triton is installed (torch's CUDA wheels),
+        ~130 ms that `import neuron_studio` does not pay."""
+        from neuron_studio.device.emulator.attention import register_attention_flops
+
+        register_attention_flops()
+        self._C.set_keep_args_ops(keep_args_ops())
+        self._armed = True
 
     def last_seq(self) -> int:
         return self._C.last_seq()
@@ -176,6 +190,8 @@ def _split(func: Any, args: tuple) -> tuple[list, dict]:
 
 def _flops(func: Any, args: list, kw: dict, out: Any) -> int:
     """The op's FLOPs by torch's flop formulas; 0 where torch has none for it."""
+    from torch.utils.flop_counter import flop_registry
+
     fn = flop_registry.get(func._overloadpacket)
     if fn is None:
         return 0

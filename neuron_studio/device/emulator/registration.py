@@ -20,7 +20,7 @@ from neuron_studio.device.errors import UnsupportedMemoryFormatError
 from neuron_studio.device.emulator import runtime
 from neuron_studio.device.emulator.memory import MemoryTracker
 from neuron_studio.device.emulator.native import load_native
-from neuron_studio.device.emulator.op_events import NativeEventSource, keep_args_ops
+from neuron_studio.device.emulator.op_events import NativeEventSource
 
 __all__ = ["register_emulator", "unrecorded"]
 
@@ -255,10 +255,6 @@ def register_emulator(registry: Any) -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_tensor=True, for_module=True, for_storage=True)
     registry.memory = MemoryTracker(_C, registry.device_count)
     _register_python_kernels()
-    from neuron_studio.device.emulator.attention import register_attention_flops
-
-    register_attention_flops()
-    _C.set_keep_args_ops(keep_args_ops())
     _C.set_skip_dirs(list(_skip_dirs()))
     _C.set_memory_format_policy(raise_memory_format)
     registry.bus.attach(NativeEventSource(_C, registry.bus))
