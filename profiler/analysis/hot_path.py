@@ -58,7 +58,11 @@ def hot_path(ops: pd.DataFrame, *, top_share: float = 0.8, max_ops: int = 10,
         return []
     keys = ["op", "module", "source"]
     grouped = busy.fillna({"source": ""}).groupby(keys, sort=False, dropna=False)
-    g = grouped.agg(count=("seq", "size"), device_ns=("device_ns", "sum"))
+    g = grouped.agg(device_ns=("device_ns", "sum"))
+    # every call of the op counts, also those the model gives 0 ns (a tiny op's whole-ns time rounds to 0 in some
+    # steps and 1 in others): counting only the busy calls made the count per step depend on the steps profiled
+    calls = ops.fillna({"source": ""}).groupby(keys, sort=False, dropna=False)["seq"].size()
+    g.insert(0, "count", calls.reindex(g.index).to_numpy())
     g["bound"] = most_common(grouped, "bound", "none")
     g["engine"] = most_common(grouped, "engine", "none")
     g = g.reset_index()
