@@ -47,19 +47,19 @@ class _BaseHandler(APIHandler):
         except ValueError:
             raise core.BadRequest(f"{name!r} must be an integer") from None
 
+    def _shared(self, key: str, make: Callable[[], Any]) -> Any:
+        """The server-wide object kept in the settings under `key`, made on first use (handlers mounted without
+        setup_route_handlers, as in tests, have none yet)."""
+        found = self.settings.get(key)
+        return found if found is not None else self.settings.setdefault(key, make())
+
     @property
     def cache(self) -> core.RunOpsCache:
-        cache = self.settings.get(CACHE_SETTING)
-        if cache is None:  # handlers mounted without setup_route_handlers (tests)
-            cache = self.settings.setdefault(CACHE_SETTING, core.RunOpsCache())
-        return cache
+        return self._shared(CACHE_SETTING, core.RunOpsCache)
 
     @property
     def tasks(self) -> cli_tasks.TaskRunner:
-        runner = self.settings.get(TASKS_SETTING)
-        if runner is None:  # handlers mounted without setup_route_handlers (tests)
-            runner = self.settings.setdefault(TASKS_SETTING, cli_tasks.TaskRunner())
-        return runner
+        return self._shared(TASKS_SETTING, cli_tasks.TaskRunner)
 
     def send_json(self, body: str) -> None:
         self.set_header("Content-Type", "application/json; charset=UTF-8")

@@ -20,17 +20,6 @@ CHILD_TIMEOUT_S = 300
 
 
 @pytest.fixture
-def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"neuron_studio_lab": True},
-                          "allow_unauthenticated_access": False}}
-
-
-@pytest.fixture(autouse=True)
-def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
-
-
-@pytest.fixture
 def job(jp_root_dir: Path, tmp_path: Path) -> dict:
     pytest.importorskip("neuron_studio.imported_runs", reason="the studio itself makes the job run")
     from neuron_studio.imported_runs import store_imported

@@ -24,22 +24,6 @@ RUN_KW = dict(mode="adaptive", chip="trn2", backend="emulated")
 
 
 @pytest.fixture
-def jp_server_config():
-    return {
-        "ServerApp": {
-            "jpserver_extensions": {"neuron_studio_lab": True},
-            "allow_unauthenticated_access": False,
-        }
-    }
-
-
-@pytest.fixture(autouse=True)
-def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Runs live next to the notebook unless a test sets NEURON_STUDIO_STORE itself."""
-    monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
-
-
-@pytest.fixture
 def kernels_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     kd = tmp_path / "site" / "neuron_studio" / "kernels"
     kd.mkdir(parents=True)

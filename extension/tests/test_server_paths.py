@@ -16,17 +16,6 @@ pytest_plugins = ("pytest_jupyter.jupyter_server",)
 
 
 @pytest.fixture
-def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"neuron_studio_lab": True},
-                          "allow_unauthenticated_access": False}}
-
-
-@pytest.fixture(autouse=True)
-def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
-
-
-@pytest.fixture
 def imported(jp_root_dir: Path, tmp_path: Path) -> dict:
     """Four imported runs in work/.neuron_studio: one trace and a job folder under the server root, a trace
     outside it, and a Neuron Explorer profile folder under the root."""

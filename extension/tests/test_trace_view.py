@@ -18,17 +18,6 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 ENGINES = ["tensor", "vector", "scalar", "gpsimd", "dma", "none"]
 
 
-@pytest.fixture
-def jp_server_config():
-    return {"ServerApp": {"jpserver_extensions": {"neuron_studio_lab": True},
-                          "allow_unauthenticated_access": False}}
-
-
-@pytest.fixture(autouse=True)
-def _no_store_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("NEURON_STUDIO_STORE", raising=False)
-
-
 def _ops(n: int = 5000, seed: int = 1) -> pa.Table:
     """n ops on 2 cores: random engines (some on none, zero-length), 1-5,000 ns, overlapping within an engine
     now and then; every 50th op is an all-reduce (a collective); two host threads launching with a cost."""

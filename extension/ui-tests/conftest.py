@@ -46,6 +46,43 @@ LAUNCH_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking
 VENV_BIN = Path(sys.executable).parent
 
 
+PROFILE_MIME = "application/vnd.neuron-studio.profile+json"
+#: true once the current notebook's kernel (the venv's ipykernel) is up and idle
+KERNEL_IDLE = """() => {
+    const w = window.jupyterapp.shell.currentWidget;
+    const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+    return !!k && k.status === 'idle';
+}"""
+
+
+def code_cell(cell_id: str, source: str, payload: dict | None = None, text: str = "<Profile>",
+              extra: dict | None = None) -> dict:
+    """A notebook code cell: not run, or (with `payload`) run once, its saved output that profile summary (plus
+    `extra` MIME data), as a notebook saved after a `%%neuron` cell ran holds it."""
+    outputs = [] if payload is None else [{
+        "output_type": "execute_result", "execution_count": 1, "metadata": {},
+        "data": {PROFILE_MIME: payload, **(extra or {}), "text/plain": text}}]
+    return {"cell_type": "code", "execution_count": None if payload is None else 1, "id": cell_id, "metadata": {},
+            "source": source, "outputs": outputs}
+
+
+def notebook(cells: list[dict]) -> str:
+    """A notebook's JSON (nbformat 4.5, the `python3` kernel) holding `cells`."""
+    return json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 5,
+                       "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                   "language": "python"}}})
+
+
+def open_notebook(page, base: str, path: str, workspace: str, *,  # noqa: ANN001 - a playwright Page
+                  kernel_timeout: float | None = None) -> None:
+    """Open `path` in a fresh JupyterLab workspace (`?reset`: no layout from an earlier test) and wait for its
+    first cell; with `kernel_timeout` (ms), also for its kernel to be up and idle."""
+    page.goto(f"{base}/lab/workspaces/{workspace}/tree/{path}?reset&token={TOKEN}")
+    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
+    if kernel_timeout is not None:
+        page.wait_for_function(KERNEL_IDLE, timeout=kernel_timeout)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

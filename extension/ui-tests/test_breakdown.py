@@ -10,7 +10,7 @@ from typing import Iterator
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, HERE, TOKEN, fmt_ns, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, HERE, TOKEN, code_cell, fmt_ns, lab_server, notebook  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -49,13 +49,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
                           backend="emulated")
     payload["run_id"] = run
     store.finish_run(run, status="ok", summary=payload, step_time_ns=payload["step_time_ns"], mfu=payload["mfu"])
-    nb = {"cells": [{"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {}, "source": CELL,
-                     "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
-                                  "data": {"application/vnd.neuron-studio.profile+json": payload,
-                                           "text/plain": "<Profile bd>"}}]}],
-          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-          "nbformat": 4, "nbformat_minor": 5}
-    (root / "bd.ipynb").write_text(json.dumps(nb))
+    (root / "bd.ipynb").write_text(notebook([code_cell("c1", CELL, payload, "<Profile bd>")]))
     with lab_server(root, tmp_path_factory.mktemp("bd-home")) as base:
         yield {"base": base, "root": root, "payload": payload}
 

@@ -4,7 +4,6 @@ modeled on Trainium. No kernel needed: the run is stored with `neuron_studio.imp
 and the notebook's saved output holds its summary."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -12,7 +11,7 @@ from typing import Iterator
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, fmt_ns, fmt_pct, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, code_cell, fmt_ns, fmt_pct, lab_server, notebook  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -30,18 +29,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
     root = tmp_path_factory.mktemp("lab-imported")
     run_id, summary = store_imported(RunStore(root / ".neuron_studio"), [TRACE])
-    notebook = {
-        "cells": [{
-            "cell_type": "code", "execution_count": 1, "id": "imp-1", "metadata": {},
-            "source": "!neuron-studio import amd_trace.json.gz",
-            "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
-                         "data": {"application/vnd.neuron-studio.profile+json": summary,
-                                  "text/plain": "<Profile imported>"}}],
-        }],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (root / "imported.ipynb").write_text(json.dumps(notebook))
+    cell = code_cell("imp-1", "!neuron-studio import amd_trace.json.gz", summary, "<Profile imported>")
+    (root / "imported.ipynb").write_text(notebook([cell]))
     with lab_server(root, tmp_path_factory.mktemp("home-imported")) as base:
         yield {"base": base, "run_id": run_id, "summary": summary}
 

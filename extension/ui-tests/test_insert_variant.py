@@ -6,7 +6,6 @@ Screenshots: `test-artifacts/insert_*.png`.
 """
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
@@ -17,13 +16,14 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("ipykernel")
-from conftest import ARTIFACTS, CHROMIUM, TOKEN, fmt_ns, lab_server  # noqa: E402
+from conftest import (  # noqa: E402
+    ARTIFACTS, CHROMIUM, PROFILE_MIME, code_cell, fmt_ns, lab_server, notebook, open_notebook,
+)
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
 
 RUN_TIMEOUT_MS = 180_000
-PROFILE_MIME = "application/vnd.neuron-studio.profile+json"
 SETUP = ("%load_ext neuron_studio\nimport torch\nimport torch.nn as nn\n\ntorch.manual_seed(0)\n"
          "model = nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256)).to(\"neuron\")\n"
          "x = torch.randn(64, 256, device=\"neuron\")\ntarget = torch.randn(64, 256, device=\"neuron\")")
@@ -32,20 +32,15 @@ BODY = ("model.zero_grad(set_to_none=True)\nloss = nn.functional.mse_loss(model(
 CELL = f"%%neuron --name first-step\n{BODY}"
 
 
-def _nb() -> dict:
-    cells = [{"cell_type": "code", "execution_count": None, "id": "setup", "metadata": {}, "outputs": [],
-              "source": SETUP},
-             {"cell_type": "code", "execution_count": None, "id": "profiled", "metadata": {}, "outputs": [],
-              "source": CELL},
-             {"cell_type": "markdown", "id": "after", "metadata": {}, "source": "The cell after."}]
-    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+def _nb() -> str:
+    return notebook([code_cell("setup", SETUP), code_cell("profiled", CELL),
+                     {"cell_type": "markdown", "id": "after", "metadata": {}, "source": "The cell after."}])
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("insert-root")
-    (root / "variant.ipynb").write_text(json.dumps(_nb()))
+    (root / "variant.ipynb").write_text(_nb())
     env = {"NEURON_STUDIO_BACKEND": "emulated", "PYTHONUNBUFFERED": "1"}
     with lab_server(root, tmp_path_factory.mktemp("insert-home"), env=env) as base:
         yield {"base": base, "root": root}
@@ -77,14 +72,7 @@ def _row(profile, variant: str):  # noqa: ANN001
 
 def test_insert_and_run_measures_the_prediction(lab: dict, page) -> None:  # noqa: ANN001
     t0 = time.monotonic()
-    page.goto(f"{lab['base']}/lab/workspaces/ns-ins-{uuid.uuid4().hex[:8]}/tree/variant.ipynb?reset&token={TOKEN}")
-    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
-    page.wait_for_function(
-        """() => {
-            const w = window.jupyterapp.shell.currentWidget;
-            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-            return !!k && k.status === 'idle';
-        }""", timeout=60_000)
+    open_notebook(page, lab["base"], "variant.ipynb", f"ns-ins-{uuid.uuid4().hex[:8]}", kernel_timeout=60_000)
     page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
     cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
     profile = cells.nth(1).locator(".jp-OutputArea-output .ns-Profile")

@@ -4,14 +4,13 @@ to its host timeline when its name is clicked. The job is the benchmark's synthe
 (neuron_studio/testing/synthetic_job.py), imported as `neuron-studio import DIR` stores it; no kernel needed."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, TOKEN, code_cell, lab_server, notebook  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -29,18 +28,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     sj.write_job(jobdir, spec)
     root = tmp_path_factory.mktemp("lab-job")
     run_id, summary = store_imported(RunStore(root / ".neuron_studio"), [jobdir], workers=0)
-    notebook = {
-        "cells": [{
-            "cell_type": "code", "execution_count": 1, "id": "job-1", "metadata": {},
-            "source": "!neuron-studio import traces/",
-            "outputs": [{"output_type": "execute_result", "execution_count": 1, "metadata": {},
-                         "data": {"application/vnd.neuron-studio.profile+json": summary,
-                                  "text/plain": "<Profile job>"}}],
-        }],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (root / "job.ipynb").write_text(json.dumps(notebook))
+    (root / "job.ipynb").write_text(notebook([code_cell("job-1", "!neuron-studio import traces/", summary,
+                                                        "<Profile job>")]))
     with lab_server(root, tmp_path_factory.mktemp("home-job")) as base:
         yield {"base": base, "run_id": run_id, "spec": spec}
 

@@ -18,7 +18,9 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("ipykernel")
-from conftest import ARTIFACTS, CHROMIUM, REPO, TOKEN, assert_line_in_view, cursor, doc_screenshot, lab_server  # noqa: E402
+from conftest import (  # noqa: E402
+    ARTIFACTS, CHROMIUM, REPO, assert_line_in_view, code_cell, cursor, doc_screenshot, lab_server, open_notebook,
+)
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -40,17 +42,12 @@ h = torch.randn(64, 1024, device="neuron")"""
 RMSNORM_RUN = "%%neuron --name rmsnorm-step\ny = norm(h)"
 
 
-def _code(cell_id: str, source: str) -> dict:
-    return {"cell_type": "code", "execution_count": None, "id": cell_id, "metadata": {}, "outputs": [],
-            "source": source}
-
-
 @pytest.fixture(scope="module")
 def live_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("live-root")
     shutil.copy(NOTEBOOK, root / NOTEBOOK.name)
     nb = json.loads((root / NOTEBOOK.name).read_text())
-    nb["cells"] += [_code("live-rmsnorm-def", RMSNORM_DEF), _code("live-rmsnorm-run", RMSNORM_RUN)]
+    nb["cells"] += [code_cell("live-rmsnorm-def", RMSNORM_DEF), code_cell("live-rmsnorm-run", RMSNORM_RUN)]
     (root / NOTEBOOK.name).write_text(json.dumps(nb))
     env = {"NEURON_STUDIO_BACKEND": "emulated", "PYTHONUNBUFFERED": "1"}
     with lab_server(root, tmp_path_factory.mktemp("live-home"), env=env) as base:
@@ -58,18 +55,7 @@ def live_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 
 def test_live_kernel_profile_panel_and_navigation(live_lab: dict, page) -> None:  # noqa: ANN001
-    workspace = f"ns-live-{uuid.uuid4().hex[:8]}"
-    page.goto(f"{live_lab['base']}/lab/workspaces/{workspace}/tree/{live_lab['path']}?reset&token={TOKEN}")
-    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
-    # the kernel (the venv's ipykernel) is up
-    page.wait_for_function(
-        """() => {
-            const w = window.jupyterapp.shell.currentWidget;
-            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-            return !!k && k.status === 'idle';
-        }""",
-        timeout=60_000,
-    )
+    open_notebook(page, live_lab["base"], live_lab["path"], f"ns-live-{uuid.uuid4().hex[:8]}", kernel_timeout=60_000)
     page.screenshot(path=str(ARTIFACTS / "live_01-opened.png"))
 
     # -- run every cell up to and including the first %%neuron cell --

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 pytest.importorskip("ipykernel")
-from conftest import ARTIFACTS, CHROMIUM, HERE, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, HERE, code_cell, lab_server, notebook, open_notebook  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -45,17 +45,14 @@ MISSING = "%neuron_show 99999"
 SOURCE_FORMAT = re.compile(r"^(cell \[\d+\] line \d+|[\w.\-]+\.py:\d+)$")
 
 
-def _nb() -> dict:
-    cells = [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
-              "source": src} for i, src in enumerate([SETUP, STEP, FAILING, MISSING])]
-    return {"cells": cells, "nbformat": 4, "nbformat_minor": 5,
-            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+def _nb() -> str:
+    return notebook([code_cell(f"c{i}", src) for i, src in enumerate([SETUP, STEP, FAILING, MISSING])])
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     root = tmp_path_factory.mktemp("readable-root")
-    (root / "readable.ipynb").write_text(json.dumps(_nb()))
+    (root / "readable.ipynb").write_text(_nb())
     # another notebook's run in the same folder's store: the panel of readable.ipynb must not list it as its own
     sys.path.insert(0, str(HERE.parent))
     from neuron_studio_lab import core
@@ -77,14 +74,7 @@ def _shot(page, name: str) -> None:  # noqa: ANN001
 def ran(lab: dict, page):  # noqa: ANN001, ANN201
     """The notebook run top to bottom (Run All stops at the failing cell: the last two run one by one)."""
     page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(f"{lab['base']}/lab/workspaces/ns-read-{uuid.uuid4().hex[:8]}/tree/readable.ipynb?reset&token={TOKEN}")
-    page.locator(".jp-NotebookPanel .jp-Cell").first.wait_for(timeout=60_000)
-    page.wait_for_function(
-        """() => {
-            const w = window.jupyterapp.shell.currentWidget;
-            const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
-            return !!k && k.status === 'idle';
-        }""", timeout=120_000)
+    open_notebook(page, lab["base"], "readable.ipynb", f"ns-read-{uuid.uuid4().hex[:8]}", kernel_timeout=120_000)
     done = """(n) => { const w = window.jupyterapp.shell.currentWidget;
                        const cells = w.content.widgets.slice(0, n);
                        return cells.every(c => c.model.executionCount !== null)

@@ -4,7 +4,6 @@ regions" lane above the engines, the region the user's `y += 1` ended is drawn i
 it says what ended it, at which line, and the fix."""
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Iterator
@@ -12,7 +11,7 @@ from typing import Iterator
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, TOKEN, lab_server  # noqa: E402
+from conftest import ARTIFACTS, CHROMIUM, TOKEN, code_cell, lab_server, notebook  # noqa: E402
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -47,14 +46,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     save_profile(store, rid, prof)
     summary = prof.to_summary(run_id=rid, name="regions", notebook="r.ipynb")
     store.finish_run(rid, status="ok", summary=summary, step_time_ns=int(summary["step_time_ns"]), mfu=summary["mfu"])
-    notebook = {"cells": [{"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {},
-                           "source": "%%neuron --mode adaptive\nstep(m, opt, x)", "outputs": [{
-                               "output_type": "execute_result", "execution_count": 1, "metadata": {},
-                               "data": {"application/vnd.neuron-studio.profile+json": summary,
-                                        "text/plain": "<Profile regions>"}}]}],
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-                "nbformat": 4, "nbformat_minor": 5}
-    (root / "r.ipynb").write_text(json.dumps(notebook))
+    (root / "r.ipynb").write_text(notebook([code_cell("c1", "%%neuron --mode adaptive\nstep(m, opt, x)", summary,
+                                                      "<Profile regions>")]))
     regions = prof.fusion_regions()
     user = regions[regions["boundary_source"].fillna("").str.endswith("train.py:5")]
     assert len(user) == 2, regions[["boundary_op", "boundary_source"]]

@@ -7,6 +7,7 @@ test_live.py runs a kernel.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import sys
@@ -17,7 +18,8 @@ import pytest
 
 pytest.importorskip("playwright.sync_api")
 from conftest import (  # noqa: E402
-    ARTIFACTS, CHROMIUM, FIXTURES, HERE, REPO, TOKEN, cursor, fmt_ns, fmt_pct, fmt_signed, fmt_usd, lab_server,
+    ARTIFACTS, CHROMIUM, FIXTURES, HERE, REPO, TOKEN, code_cell, cursor, fmt_ns, fmt_pct, fmt_signed, fmt_usd,
+    lab_server, notebook,
 )
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
@@ -69,25 +71,9 @@ def _seed(root: Path) -> dict:
         "module": ["block.attn.q_proj"] * n,
         "source": ["cell-1:2"] * n,
     }))
-    notebook = {
-        "cells": [{
-            "cell_type": "code", "execution_count": 1, "id": "cell-1", "metadata": {}, "source": src,
-            "outputs": [{
-                "output_type": "execute_result", "execution_count": 1, "metadata": {},
-                "data": {
-                    "application/vnd.neuron-studio.profile+json": payload,
-                    "text/html": "<b>HTML fallback</b>",
-                    "text/plain": "<Profile train-step>",
-                },
-            }],
-        }],
-        "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-        "nbformat": 4, "nbformat_minor": 5,
-    }
-    (root / "02.ipynb").write_text(json.dumps(notebook))
-    empty = dict(notebook, cells=[{"cell_type": "code", "execution_count": None, "id": "e1", "metadata": {},
-                                   "source": "x = 1", "outputs": []}])
-    (root / "empty.ipynb").write_text(json.dumps(empty))
+    (root / "02.ipynb").write_text(notebook([code_cell("cell-1", src, payload, "<Profile train-step>",
+                                                       extra={"text/html": "<b>HTML fallback</b>"})]))
+    (root / "empty.ipynb").write_text(notebook([code_cell("e1", "x = 1")]))
     # a measured profile (Neuron Explorer Parquet, no host events) as its payload would be saved in a notebook
     sys.path.insert(0, str(REPO / "tests"))
     from make_explorer_fixtures import write_explorer_fixture
@@ -95,10 +81,7 @@ def _seed(root: Path) -> dict:
     from neuron_studio.profiler.neuron_profile import load_neuron_profile
 
     measured = load_neuron_profile(write_explorer_fixture(root / "explorer-out")).to_summary()
-    cell = dict(notebook["cells"][0], source="prof", outputs=[{
-        "output_type": "execute_result", "execution_count": 1, "metadata": {},
-        "data": {"application/vnd.neuron-studio.profile+json": measured, "text/plain": "<Profile>"}}])
-    (root / "measured.ipynb").write_text(json.dumps(dict(notebook, cells=[cell])))
+    (root / "measured.ipynb").write_text(notebook([code_cell("cell-1", "prof", measured)]))
     return {"first": first, "second": second, "payload": payload, "measured": measured}
 
 
@@ -112,6 +95,23 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 
 def _status(page) -> str:  # noqa: ANN001
     return page.locator(".ns-StatusItem").inner_text()
+
+
+@contextlib.contextmanager
+def _saved_profile(lab: dict, page, path: str, workspace: str,  # noqa: ANN001 - a playwright Page
+                   width: int | None = None) -> Iterator[tuple]:
+    """(a fresh tab, the profile output saved in notebook `path`) at a window `width` wide; the tab is closed after
+    (a tab of an earlier test holds edited documents that would ask before a reload)."""
+    pg = page.context.new_page()
+    try:
+        if width is not None:
+            pg.set_viewport_size({"width": width, "height": 900})
+        pg.goto(f"{lab['base']}/lab/workspaces/{workspace}/tree/{path}?reset&token={TOKEN}")
+        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
+        profile.wait_for(timeout=30_000)
+        yield pg, profile
+    finally:
+        pg.close()
 
 
 def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN001
@@ -234,17 +234,11 @@ def test_renderer_panel_and_kernel_link(lab: dict, page) -> None:  # noqa: ANN00
 
 def test_measured_profile_says_what_it_was_measured_from(lab: dict, page) -> None:  # noqa: ANN001
     prov = lab["measured"]["provenance"]
-    pg = page.context.new_page()      # a fresh tab: the edited notebook of the test above would hold this one
-    try:
-        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-measured/tree/measured.ipynb?reset&token={TOKEN}")
-        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
-        profile.wait_for(timeout=30_000)
+    with _saved_profile(lab, page, "measured.ipynb", "ns-ui-measured") as (_, profile):
         note = profile.locator(".ns-Provenance").inner_text()
         assert note.startswith(f"Measured on Neuron hardware from {prov['measured_from']}.")
         assert "host time: not captured" in note and "host time" in prov["not_captured"]
         assert "step time (modeled)" not in profile.inner_text()
-    finally:
-        pg.close()
 
 
 #: Per table matching the selector at the visible tab: its right edge past the output's, words broken across lines,
@@ -286,12 +280,7 @@ def test_hot_ops_fit_without_breaking_words(lab: dict, page, width: int) -> None
     output's edge. At the default output width (1280 px with the file browser) and a narrower one: the table fits,
     no word breaks across lines, a long name ends in an ellipsis with the full (escaped) name as its tooltip, and a
     kernel's saving is said once per row."""
-    pg = page.context.new_page()
-    try:
-        pg.set_viewport_size({"width": width, "height": 900})
-        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-hot-{width}/tree/02.ipynb?reset&token={TOKEN}")
-        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
-        profile.wait_for(timeout=30_000)
+    with _saved_profile(lab, page, "02.ipynb", f"ns-ui-hot-{width}", width) as (pg, profile):
         bad = {}
         for name in ("Summary", "Hot path"):
             profile.locator(".ns-Tab", has_text=name).click()
@@ -306,8 +295,6 @@ def test_hot_ops_fit_without_breaking_words(lab: dict, page, width: int) -> None
         assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
         assert profile.locator("script").count() == 0
         assert bad == {}, bad
-    finally:
-        pg.close()
 
 
 @pytest.mark.parametrize("width", [1280, 1024])
@@ -316,12 +303,7 @@ def test_memory_tables_fit_without_breaking_words(lab: dict, page, width: int) -
     "TransformerBlock.mlp.gat|e", "aten::sigm|oid", "optimizer_|state" mid-word. At the default output width and a
     narrower one: each table fits, no word breaks across lines, a long name (what, op, module, source) ends in an
     ellipsis with its full (escaped) text as the tooltip."""
-    pg = page.context.new_page()
-    try:
-        pg.set_viewport_size({"width": width, "height": 900})
-        pg.goto(f"{lab['base']}/lab/workspaces/ns-ui-mem-{width}/tree/02.ipynb?reset&token={TOKEN}")
-        profile = pg.locator(".jp-OutputArea-output .ns-Profile")
-        profile.wait_for(timeout=30_000)
+    with _saved_profile(lab, page, "02.ipynb", f"ns-ui-mem-{width}", width) as (pg, profile):
         profile.locator(".ns-Tab", has_text="Memory").click()
         tab = profile.locator(".ns-TabPage[data-tab='Memory']")
         tab.locator(".ns-MemPeak").click()
@@ -336,8 +318,6 @@ def test_memory_tables_fit_without_breaking_words(lab: dict, page, width: int) -
         assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
         assert live.locator(".ns-Name", has_text="TransformerBlock.mlp").count() > 0   # modules are names too
         assert profile.locator("script").count() == 0
-    finally:
-        pg.close()
 
 
 def _fmt_bytes(n: float) -> str:

@@ -13,7 +13,9 @@ from typing import Iterator
 import pytest
 
 pytest.importorskip("playwright.sync_api")
-from conftest import ARTIFACTS, CHROMIUM, FIXTURES, HERE, REPO, TOKEN, cursor, lab_server  # noqa: E402
+from conftest import (  # noqa: E402
+    ARTIFACTS, CHROMIUM, FIXTURES, HERE, REPO, TOKEN, code_cell, cursor, lab_server, notebook,
+)
 
 if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a browser
     pytest.skip(f"no chromium at {CHROMIUM}", allow_module_level=True)
@@ -74,14 +76,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     payload["trace_view"] = trace_view.trace_window(str(root), "v.ipynb", rid, start_ns=None, end_ns=None,
                                                     width_px=800)
     store.finish_run(rid, status="ok", summary=payload, step_time_ns=payload["step_time_ns"], mfu=payload["mfu"])
-    notebook = {"cells": [{"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {},
-                           "source": "%%neuron\nstep()", "outputs": [{
-                               "output_type": "execute_result", "execution_count": 1, "metadata": {},
-                               "data": {"application/vnd.neuron-studio.profile+json": payload,
-                                        "text/plain": "<Profile viewer>"}}]}],
-                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-                "nbformat": 4, "nbformat_minor": 5}
-    (root / "v.ipynb").write_text(json.dumps(notebook))
+    (root / "v.ipynb").write_text(notebook([code_cell("c1", "%%neuron\nstep()", payload, "<Profile viewer>")]))
     with lab_server(root, tmp_path_factory.mktemp("home")) as base:
         yield {"base": base, "root": root, "run": rid, "payload": payload}
 
