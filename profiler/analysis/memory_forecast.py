@@ -293,7 +293,8 @@ def memory_forecast(mem: pd.DataFrame, *, chip: str = "trn2", lnc: int | None = 
             "(backward and the optimizer step outside)",
             "parameters, gradients and optimizer state stay float32; activations and temporaries of matmul-class "
             "ops, activation functions, softmax and normalisation outputs become bfloat16; bf16 copies of the "
-            "weights matmuls read are kept from forward to backward; nll_loss keeps a float32 copy of its "
+            "weights matmuls read are made in each step's forward and kept until that step's backward ends (autocast "
+            "clears its cast cache when the block exits); nll_loss keeps a float32 copy of its "
             "input; the residual stream stays float32 (profiler/analysis/memory_autocast.py)")
     # sharding over N cores
     keep = 1.0 - 1.0 / n_shards
