@@ -474,7 +474,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         # a stored job's summary has its ranks section already: its ranks are not loaded again (bounded memory)
         stale = summary is None or (rec.ranks > 1 and not summary.get("ranks_analysis"))
         profiles = load_rank_profiles(store, rec) if stale or (args.perfetto and rec.ranks <= 1) else {}
-        if args.perfetto and rec.ranks > 1:
+        if args.perfetto and rec.ranks > 1 and "job_ranks" in store.list_tables(rec.id):
+            from neuron_studio.profiler.job_export import export_stored_job
+
+            export_stored_job(store, rec.id, args.perfetto, workers=args.workers)   # from its job tables
+        elif args.perfetto and rec.ranks > 1:          # a job stored without job tables: map its ranks again
             from neuron_studio.imported_runs import job_summary
 
             job_summary([store.table_path(rec.id, "ops").parent], scheduler=args.scheduler, workers=args.workers,

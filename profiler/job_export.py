@@ -8,6 +8,10 @@ adding the flows from the reduce's collective table. Times are µs (Chrome's uni
 first op; the clock alignment is the reduce's (`ClockAlignment`, named in the trace's metadata).
 
     export_job_trace(analyze_job("traces/"), "job.json.gz")
+    export_stored_job(RunStore(root), run_id, "job.json.gz")   # a stored job: from its job tables, no new map
+
+A stored job (`neuron-studio import DIR`) already has what the reduce adds (offsets, collectives, straggler) in
+its job tables (`neuron_studio.job_tables`), so its export reads each rank once, to write its part.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import numpy as np
 
 from neuron_studio.profiler.importers.job_inputs import RankInput
 
-__all__ = ["export_job_trace", "write_rank_part"]
+__all__ = ["export_job_trace", "export_stored_job", "write_rank_part"]
 
 _FLOW_CAT = "collective"
 
@@ -33,8 +37,10 @@ def _esc(s: str) -> str:
     return json.dumps(s, ensure_ascii=True)
 
 
-def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, path: str) -> int:
-    """Write one rank's ops as Chrome events (comma-separated, no brackets) to `path`; returns the count."""
+def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, path: str) -> tuple[int, int]:
+    """Write one rank's ops as Chrome events (comma-separated, no brackets) to `path`; returns the count and
+    the host thread most of its collectives were issued on (0: none), which the flows must name."""
+    from neuron_studio.profiler.analysis.rank_digest import _common_thread, collective_mask
     from neuron_studio.profiler.job_map import _release_memory, read_rank_trace
 
     trace = read_rank_trace(inp)
@@ -46,6 +52,7 @@ def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, p
     escaped = {nm: _esc(nm) for nm in set(names)}          # a rank has few distinct op names
     threads = ops["thread"].to_numpy(dtype=np.int64)
     seqs = ops["seq"].to_numpy(dtype=np.int64)
+    coll_thread = _common_thread(threads[collective_mask(np.asarray(names, dtype=object))]) or 0
     n = 0
     with open(path, "w", encoding="ascii") as fh:
         parts = []
@@ -60,7 +67,7 @@ def write_rank_part(inp: RankInput, rank: int, offset_ns: int, origin_ns: int, p
             fh.write(",\n".join(parts) + ",\n")
     del trace, ops
     _release_memory()                # the worker takes the next rank from a trimmed heap
-    return n
+    return n, int(coll_thread)
 
 
 def _flows(coll: Any, origin_ns: int, threads: dict[int, int]) -> list[str]:
@@ -85,28 +92,55 @@ def export_job_trace(job: Any, path: str | os.PathLike, *, workers: int | None =
     """Write `job` (a `job_map.JobAnalysis`) as one Chrome trace (`.gz`: gzip), written atomically; `workers`
     local processes write the ranks' parts (default `local_workers`; 0: this process)."""
     from neuron_studio.profiler.analysis.ranks import resolve_ranks
-    from neuron_studio.profiler.job_map import local_workers
 
     a = job.analysis
     ranks = resolve_ranks(job.digests, job.inputs)[0]
     offsets = a.alignment.offsets_ns if a.alignment is not None else {r: 0 for r in ranks}
-    origin = min(int(offsets.get(r, 0)) + int(d.meta.get("first_ns") or 0) for r, d in zip(ranks, job.digests))
-    straggler = a.straggler.rank if a.straggler is not None else None
+    firsts = {r: int(d.meta.get("first_ns") or 0) for r, d in zip(ranks, job.digests)}
+    return _write_job(list(job.inputs), ranks, {r: int(offsets.get(r, 0)) for r in ranks}, firsts,
+                      a.straggler.rank if a.straggler is not None else None,
+                      None if a.alignment is None else a.alignment.to_dict(), a.collectives, path, workers)
+
+
+def export_stored_job(store: Any, run_id: int, path: str | os.PathLike, *, workers: int | None = None) -> Path:
+    """Write a stored many-rank run as `export_job_trace` writes its job, from the run's job tables (offsets,
+    collectives, straggler) and each rank's stored ops: the ranks are not mapped again."""
+    ranks_t = store.load_table(run_id, "job_ranks").to_pandas().sort_values("rank")
+    coll = store.load_table(run_id, "job_collectives").to_pandas()
+    summary = store.get_run(run_id).summary or {}
+    alignment = (summary.get("ranks_analysis") or {}).get("alignment")
+    tables = store.table_path(run_id, "ops").parent
+    ranks = ranks_t["rank"].astype(int).tolist()
+    positions = ranks_t["position"].astype(int).tolist()
+    inputs = [RankInput(str(tables), "store-rank", i, pos, "file name", pos) for i, pos in enumerate(positions)]
+    offsets = dict(zip(ranks, ranks_t["offset_ns"].astype(int).tolist()))
+    firsts = dict(zip(ranks, ranks_t["first_ns"].astype(int).tolist()))
+    flagged = ranks_t.loc[ranks_t["straggler"].astype(bool), "rank"].astype(int).tolist()
+    return _write_job(inputs, ranks, offsets, firsts, flagged[0] if flagged else None, alignment, coll, path,
+                      workers)
+
+
+def _write_job(inputs: list[RankInput], ranks: list[int], offsets: dict[int, int], firsts: dict[int, int],
+               straggler: int | None, alignment: dict | None, collectives: Any, path: str | os.PathLike,
+               workers: int | None) -> Path:
+    """The export itself: `inputs[i]` holds rank `ranks[i]`; `collectives` (key, op, rank, arrival_ns on the
+    aligned clock) gives the flows."""
+    from neuron_studio.profiler.job_map import local_workers
+
+    origin = min(offsets[r] + firsts[r] for r in ranks)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".job-export-") as tmp:
         parts = [str(Path(tmp) / f"rank-{r}.part") for r in ranks]
-        jobs = [(inp, r, int(offsets.get(r, 0)), origin, p) for inp, r, p in zip(job.inputs, ranks, parts)]
+        jobs = [(inp, r, offsets[r], origin, p) for inp, r, p in zip(inputs, ranks, parts)]
         if workers == 0:                  # in this process, one rank after the other (tests, tiny jobs)
-            for args in jobs:
-                write_rank_part(*args)
+            written = [write_rank_part(*args) for args in jobs]
         else:
             ctx = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(max_workers=workers or local_workers(job.inputs), mp_context=ctx) as pool:
-                for f in [pool.submit(write_rank_part, *args) for args in jobs]:
-                    f.result()
-        meta = {"neuron_studio_job": {"ranks": sorted(ranks), "straggler": straggler,
-                                      "alignment": None if a.alignment is None else a.alignment.to_dict(),
+            with cf.ProcessPoolExecutor(max_workers=workers or local_workers(inputs), mp_context=ctx) as pool:
+                written = [f.result() for f in [pool.submit(write_rank_part, *args) for args in jobs]]
+        threads = {r: t for r, (_, t) in zip(ranks, written)}
+        meta = {"neuron_studio_job": {"ranks": sorted(ranks), "straggler": straggler, "alignment": alignment,
                                       "clock": "measured host time of each rank, aligned; µs from the job's "
                                                "first op"}}
         tmp_out = Path(tmp) / "job.json"
@@ -122,15 +156,10 @@ def export_job_trace(job: Any, path: str | os.PathLike, *, workers: int | None =
                 with open(p, encoding="ascii") as part:
                     for chunk in iter(lambda: part.read(1 << 20), ""):
                         fh.write(chunk)
-            flows = _flows(a.collectives, origin, _collective_threads(job, ranks))
+            flows = _flows(collectives, origin, threads)
             fh.write(",\n".join(flows) + ("\n" if flows else ""))
             if not flows:
                 fh.write('{"ph":"M","name":"process_name","pid":-1,"args":{"name":"job"}}\n')
             fh.write("]}\n")
         os.replace(tmp_out, out)
     return out
-
-
-def _collective_threads(job: Any, ranks: list[int]) -> dict[int, int]:
-    """The host thread each rank issued its collectives on (flows must name the slice's thread)."""
-    return {r: int(d.meta.get("collective_thread") or 0) for r, d in zip(ranks, job.digests)}

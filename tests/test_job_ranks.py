@@ -268,6 +268,15 @@ def test_cli_report_and_import_a_job_directory(tmp_path, job_dir, capsys):
     assert [p.trace.meta["rank"] for _, p in sorted(profiles.items())] == list(range(SPEC.ranks))
     assert rec.summary["ranks_analysis"]["straggler"]["rank"] == SPEC.straggler
     assert "device_ops" in rs.list_tables(rec.id)        # rank 0's unsuffixed tables, as a torchrun job has
+    # the stored job exports from its job tables (no second map) the same events, flows and straggler
+    stored = tmp_path / "stored.json.gz"
+    assert main(["report", str(rec.id), "--store", str(store), "--perfetto", str(stored), "-o",
+                 str(tmp_path / "stored.html"), "--workers", "2"]) == 0
+    assert "ranks mapped" not in capsys.readouterr().err
+    direct, again = (json.loads(gzip.decompress(t.read_bytes())) for t in (trace, stored))
+    assert sorted(map(json.dumps, again["traceEvents"])) == sorted(map(json.dumps, direct["traceEvents"]))
+    assert again["metadata"]["neuron_studio_job"]["straggler"] == SPEC.straggler
+    assert again["metadata"]["neuron_studio_job"]["alignment"]["method"] == "collective exits"
     assert main(["report", str(tmp_path / "nothing-*.json")]) == 2
 
 
