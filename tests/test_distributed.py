@@ -189,3 +189,31 @@ def test_straggler_and_slowest_collective_on_synthetic_ranks() -> None:
     assert ra.slowest_collective["index"] == 1 and ra.slowest_collective["last_rank"] == 1
     assert find_straggler(c, min_wait_ns=10 * ms) is None  # below the threshold: noise
     assert ra.to_summary()["straggler"]["rank"] == 1
+
+
+def test_ranks_a_few_us_apart_at_every_collective_have_no_straggler() -> None:
+    """300 collectives after 1 ms of compute each, rank 0 arriving up to 9 µs after rank 1 at most of them: its
+    lateness adds up past 1 ms (the old rule named it the straggler) but is under 1% of the compute rank 1 did
+    before those collectives: noise. Make rank 0 5% slower and it is the straggler again."""
+    ms, us = 1_000_000, 1_000
+
+    def job(late_ns):  # noqa: ANN001
+        rows: dict[int, list] = {0: [], 1: []}
+        t = {0: 0, 1: 0}
+        for k in range(300):
+            for r in (0, 1):
+                extra = late_ns(k) if r == 0 else (2 * us if k % 4 == 0 else 0)
+                rows[r].append(("aten::mm", t[r], t[r] + ms + extra, k // 10))
+                t[r] += ms + extra
+            arrive = max(t.values())
+            for r in (0, 1):
+                rows[r].append(("c10d::allreduce_", t[r], arrive + 10, k // 10))
+                t[r] = arrive + 10
+        return analyze_ranks([_trace(r, 1_000, rows[r]) for r in (0, 1)])
+
+    noisy = job(lambda k: (k * 7919) % (9 * us))
+    caused = noisy.collectives.query("rank == 1")["wait_ns"].sum()
+    assert caused > 1 * ms                       # past the absolute threshold ...
+    assert noisy.straggler is None               # ... but 0.5% of the waiting rank's compute: not a straggler
+    slow = job(lambda k: 50 * us)
+    assert slow.straggler is not None and slow.straggler.rank == 0

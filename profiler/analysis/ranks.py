@@ -25,7 +25,8 @@ Collectives: the k-th collective of a given op and group on each rank is the sam
 issued in the same order on every rank of a group): that k is its sequence number. Its *arrival* on a rank is
 when that rank issued it; it can only complete once the last rank arrived, so every other rank waits
 `last arrival - own arrival` for it, and that wait is attributed to the last rank. The rank whose late
-arrivals cause the most waiting (at least `STRAGGLER_MIN_WAIT_NS`) is the straggler; the collective instance
+arrivals cause the most waiting (at least `STRAGGLER_MIN_WAIT_NS`, and `STRAGGLER_MIN_WAIT_SHARE` of the waiting
+ranks' compute before those collectives) is the straggler; the collective instance
 it delays most is named, with the compute time it spent before that collective compared with the other ranks.
 
 Times are each rank's measured host timeline; the modeled device duration of a collective (NeuronLink cost,
@@ -42,11 +43,15 @@ import pandas as pd
 
 __all__ = ["RankAnalysis", "Straggler", "ClockAlignment", "collective_table", "find_straggler", "rank_table",
            "analyze_ranks", "reduce_digests", "resolve_ranks", "align_clocks",
-           "STRAGGLER_MIN_WAIT_NS", "BLOCKING_RATIO", "RankIdentityError"]
+           "STRAGGLER_MIN_WAIT_NS", "STRAGGLER_MIN_WAIT_SHARE", "BLOCKING_RATIO", "RankIdentityError"]
 
 #: A rank counts as a straggler only if the waits it causes add up to at least this (1 ms): below it,
 #: arrival order is scheduling noise.
 STRAGGLER_MIN_WAIT_NS = 1_000_000
+#: ... and to at least this fraction of the compute the waiting ranks did before those collectives (1%, an
+#: assumption): a job whose ranks arrive a few µs apart at every collective adds up past 1 ms over hundreds of
+#: collectives, and the rank that happens to be last most often is not slowing anyone down.
+STRAGGLER_MIN_WAIT_SHARE = 0.01
 #: Collectives count as blocking (their exits one instant on every rank) when the median spread of their
 #: exits is at most this fraction of the median spread of their arrivals.
 BLOCKING_RATIO = 0.5
@@ -258,8 +263,11 @@ def instances(coll: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index().sort_values("first_arrival_ns", kind="stable").reset_index(drop=True)
 
 
-def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAIT_NS) -> Straggler | None:
-    """The rank whose late arrivals make the others wait longest (None below `min_wait_ns` in total)."""
+def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAIT_NS,
+                   min_wait_share: float = STRAGGLER_MIN_WAIT_SHARE) -> Straggler | None:
+    """The rank whose late arrivals make the others wait longest. None when the waits it causes are below
+    `min_wait_ns` in total, or below `min_wait_share` of the compute the waiting ranks did before those
+    collectives (arrival order then is noise, not a rank holding the job back)."""
     if not len(coll):
         return None
     inst = coll.groupby("key").agg(total=("wait_ns", "sum"))
@@ -270,6 +278,9 @@ def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAI
         return None
     rank = int(by_rank.idxmax())
     mine = caused[caused["rank"] == rank]
+    waiting = coll[coll["key"].isin(mine.index) & (coll["rank"] != rank)]
+    if "compute_before_ns" in waiting and by_rank.max() < min_wait_share * float(waiting["compute_before_ns"].sum()):
+        return None
     op = str(mine.groupby("op")["total"].sum().idxmax())
     share = float(len(mine)) / max(1, coll["key"].nunique())
     on_op = coll[coll["op"] == op]
