@@ -24,7 +24,7 @@ from neuron_studio.testing.kineto_writer import EVENTS_PER_LAUNCH, EventStream, 
 
 __all__ = ["JobSpec", "write_rank", "write_job", "skew_us", "arrivals"]
 
-_OPS = [  # the same mix as the scale benchmark
+_OPS = [  # five of the scale benchmark's ops (benchmarks/bench_trace_scale.py), one matmul the straggler slows
     LaunchOp("aten::mm", [[512, 1024], [1024, 1024]], ["c10::BFloat16", "c10::BFloat16"],
              "ampere_bf16_s16816gemm_bf16_128x128", flops=2 * 512 * 1024 * 1024),
     LaunchOp("aten::add", [[512, 1024], [512, 1024], []], ["c10::BFloat16", "c10::BFloat16", "Scalar"],
@@ -40,7 +40,6 @@ _OPS = [  # the same mix as the scale benchmark
 _LAUNCH_US = 12.0          # host time per launch
 _MM_EXTRA = 0              # index of aten::mm in _OPS
 _BASE_NS = 1_700_000_000_000_000_000
-_EVENTS_PER_LAUNCH = EVENTS_PER_LAUNCH
 _EVENTS_PER_COLLECTIVE = 2
 
 
@@ -60,7 +59,7 @@ class JobSpec:
 
     @property
     def launches(self) -> int:
-        per = _EVENTS_PER_LAUNCH + _EVENTS_PER_COLLECTIVE / self.launches_per_collective
+        per = EVENTS_PER_LAUNCH + _EVENTS_PER_COLLECTIVE / self.launches_per_collective
         return int(self.events_per_rank / per)
 
     @property
@@ -144,7 +143,7 @@ def write_rank(path: Path, rank: int, spec: JobSpec, plan: tuple[list[list[float
             out.add(writer.launch(k % len(_OPS), k, ext, 100_000 + k, t, 9.0 + (k % 7) * 0.25 + extra, lt, gpu_t,
                                   kdur))
             gpu_t += kdur + 0.5
-            written += _EVENTS_PER_LAUNCH
+            written += EVENTS_PER_LAUNCH
             t += _LAUNCH_US + extra
             if pos == spec.launches_per_collective - 1:
                 # the segment ends: arrive at the collective (the simulated arrival, so every rank agrees on
