@@ -593,6 +593,34 @@ class Profile:
         sp = _blockers.sync_points(self.ops, list(self.device_run.groups) if self.trace.mode == "adaptive" else None)
         return sp if as_captured else self._as_shown(sp)
 
+    def sync_places(self, *, as_captured: bool = False) -> pd.DataFrame:
+        """The sync points grouped per place (source line, op, reason): each place's occurrences per step
+        (`count`), the modules that ran it (`modules`), whether it ended fusion groups, and the host time it costs
+        per step (`time_ns`). `attrs["time_basis"]` says what that time is: "modeled" (the stall the model charges,
+        as the step breakdown's sync part), "measured" (the calls' host time on the machine that ran them), or
+        None when neither is known (ops the model could not size, with no measured time): `time_ns` is then NaN.
+        Every view (summary, Issues tabs, text, `%neuron_check`) reads these rows; none groups on its own."""
+        basis = self.sync_time_basis
+        places = _blockers.sync_places(self.sync_points(as_captured=True), self.steps,
+                                       {"modeled": "device_ns", "measured": "host_ns"}.get(basis or ""))
+        if not as_captured and len(places):
+            places = self._as_shown(places)
+        places["modules"] = [[self.module_label(m) for m in ms] for ms in places["modules"]]
+        places.attrs["time_basis"] = basis
+        return places
+
+    @property
+    def sync_time_basis(self) -> str | None:
+        """What a sync point's time is in this profile: "modeled" where the model sized the run's ops (the emulator's
+        own host time is not Trainium's, so it is never shown as the cost), "measured" where the device time was
+        measured or the model could not size the ops but the trace timed each call, else None."""
+        if self.modeled_figures and self.hot_basis == _gaps.MODELED:
+            return "modeled"
+        if self.trace.meta.get("backend") != "emulated" and len(self.trace.ops) and \
+                (self.trace.ops["end_ns"] > self.trace.ops["start_ns"]).any():
+            return "measured"
+        return None
+
     def recompiles(self) -> pd.DataFrame:
         return _blockers.recompiles(self.trace.compiles)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
 from neuron_studio.profiler.analysis.fusion_regions import REGION_MODES, region_splits
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
@@ -19,15 +17,16 @@ from neuron_studio.profiler.memory_summary import memory_block
 from neuron_studio.profiler.summary_numbers import finite_float
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES, counted
 
-__all__ = ["profile_summary", "SUMMARY_VERSION"]
+__all__ = ["profile_summary", "sync_places_block", "current_summary", "SUMMARY_VERSION", "TOP_SYNC_PLACES"]
 
-SUMMARY_VERSION = 1
+#: 2: host syncs are `sync_places` (one row per place, counts and times per step) instead of version 1's
+#: `sync_points` (one row per occurrence over the profiled steps, which a reader had to group and count).
+SUMMARY_VERSION = 2
 #: Lines the op table lists under it where the user's code ends launch regions.
 _TOP_SPLITS = 10
 _TOP_TABLE = 30
-#: A sync point is one (op, reason, source line, module): its occurrences are one point.
-_SYNC_POINT = ("op", "reason", "source", "module")
-_TOP_SYNC_POINTS = 50
+#: The sync places the summary lists (the costliest first); the rest are counted in `left_out`.
+TOP_SYNC_PLACES = 50
 
 
 def _per_step(total: Any, steps: int) -> float | None:
@@ -115,7 +114,7 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     sized = prof.hot_basis == "modeled device time"
     no_timeline = _timeline_not_captured(prof)
     fb = prof.cpu_fallbacks()
-    sp = prof.sync_points(as_captured=True)     # sources as captured: the extension's links parse them
+    sync = prof.sync_places(as_captured=True)   # sources as captured: the extension's links parse them
     rc = prof.recompiles()
     return _finite({
         "version": SUMMARY_VERSION,
@@ -160,13 +159,12 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
         if prof.trace.mode in REGION_MODES else [],
         # the places that fall back / make the host wait (the rows of the Issues tables), not their occurrences
         # over the profiled steps: the same step profiled 3 times has the same badges
-        "badges": {"fallbacks": int(len(fb)), "sync_points": int(len(sp.drop_duplicates(list(_SYNC_POINT)))),
+        "badges": {"fallbacks": int(len(fb)), "sync_points": int(len(sync)),
                    "recompiles": int(len(rc))},
         "fallbacks": [{"op": r.op, "count": finite_float(r.count / steps), "reason": r.reason,
                        "time_ns": finite_float(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
-        "sync_points": [{"op": r.op, "reason": r.reason, "source": r.source, "module": prof.module_label(r.module)}
-                        for r in _first_sync_points(sp).itertuples(index=False)],
+        "sync_places": sync_places_block(sync),
         "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
                        for r in rc.itertuples(index=False)],
         "cost": {"chip": cost.chip, "per_step_usd": finite_float(cost.per_step_usd) if sized else None,
@@ -191,14 +189,46 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
     })
 
 
-def _first_sync_points(sp: Any) -> Any:
-    """Each occurrence of the first `_TOP_SYNC_POINTS` distinct sync points (a reader counts a point's occurrences
-    per step from them): cutting occurrences instead would undercount a point the more steps were profiled."""
-    if not len(sp):
-        return sp
-    keys = list(zip(*(sp[c].where(sp[c].notna(), None).tolist() for c in _SYNC_POINT)))
-    first = set(list(dict.fromkeys(keys))[:_TOP_SYNC_POINTS])
-    return sp[np.asarray([k in first for k in keys], dtype=bool)]
+def sync_places_block(places: Any, top: int = TOP_SYNC_PLACES) -> dict[str, Any]:
+    """The Issues tabs' sync-point list (`Profile.sync_places` rows), as every renderer shows it: one row per place
+    with its count and time per step, the costliest `top` places; `left_out` places (and their `left_out_count`
+    occurrences per step) are not listed, and the renderers say so. `time_basis`: "modeled" | "measured" | None."""
+    shown = places.head(top)
+    rest = places.iloc[top:]
+    basis = places.attrs.get("time_basis")
+    return {
+        "places": [{"op": r.op, "reason": r.reason, "source": r.source if isinstance(r.source, str) else None,
+                    "modules": list(r.modules), "count": finite_float(r.count),
+                    "time_ns": finite_float(r.time_ns) if basis else None}
+                   for r in shown.itertuples(index=False)],
+        "total": int(len(places)),
+        "left_out": int(len(rest)),
+        "left_out_count": finite_float(rest["count"].sum()) if len(rest) else 0.0,
+        "time_basis": basis,
+    }
+
+
+def current_summary(s: dict[str, Any]) -> dict[str, Any]:
+    """A stored summary read as the current version, for the renderers: version 1's `sync_points` (one row per
+    occurrence over the profiled steps) become `sync_places` rows, counted per step over its `steps`; version 1
+    kept no sync times, so `time_basis` is None (no time shown). Current summaries are returned as they are."""
+    if not isinstance(s, dict) or "sync_places" in s or not isinstance(s.get("sync_points"), list):
+        return s
+    steps = max(1, int(finite_float(s.get("steps")) or 1))
+    rows: dict[tuple, dict[str, Any]] = {}
+    for p in s["sync_points"]:
+        if not isinstance(p, dict):
+            continue
+        src = p.get("source") if isinstance(p.get("source"), str) else None
+        row = rows.setdefault((src, str(p.get("op")), str(p.get("reason"))), {
+            "op": str(p.get("op")), "reason": str(p.get("reason")), "source": src, "modules": [], "n": 0})
+        row["n"] += 1
+        if p.get("module") not in (None, "") and p["module"] not in row["modules"]:
+            row["modules"].append(str(p["module"]))
+    places = [{"op": r["op"], "reason": r["reason"], "source": r["source"], "modules": r["modules"],
+               "count": r["n"] / steps, "time_ns": None} for r in rows.values()]
+    return {**s, "sync_places": {"places": places, "total": len(places), "left_out": 0, "left_out_count": 0.0,
+                                 "time_basis": None}}
 
 
 def _trace_view(prof: Any, sized: bool) -> dict[str, Any] | None:

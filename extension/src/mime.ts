@@ -13,7 +13,8 @@ import {
   IOpRow,
   IRegionSplit,
   IProfilePayload,
-  ISyncPoint,
+  ISyncPlace,
+  ISyncPlaces,
   IVariantRequest,
   PROFILE_MIME,
   SourceRef
@@ -226,19 +227,29 @@ function hotOpsRows(ops: IHotOp[], actions: IProfileViewActions, timeLabel: stri
   );
 }
 
-/** Sync points grouped by (op, reason, source): the summary lists one per step. */
-export function groupSyncPoints(points: ISyncPoint[]): (ISyncPoint & { n: number })[] {
-  const groups = new Map<string, ISyncPoint & { n: number }>();
-  for (const s of points) {
-    const key = JSON.stringify([s.op, s.reason, s.source ?? null, s.module ?? '']);
-    const g = groups.get(key);
-    if (g) {
-      g.n += 1;
-    } else {
-      groups.set(key, { ...s, n: 1 });
-    }
+/** The summary's sync places. A payload from before version 2 (a saved notebook output, a stored run) lists each
+ * occurrence instead: read here as places, counted per step over its `steps` (as profile_summary.current_summary
+ * reads it in Python); it kept no sync times, so none is shown. */
+export function syncPlaces(p: IProfilePayload): ISyncPlaces | null {
+  if (p.sync_places) {
+    return p.sync_places;
   }
-  return [...groups.values()];
+  if (!Array.isArray(p.sync_points)) {
+    return null;
+  }
+  const steps = Math.max(1, isNum(p.steps) ? p.steps : 1);
+  const rows = new Map<string, ISyncPlace>();
+  for (const s of p.sync_points) {
+    const key = JSON.stringify([s.source ?? null, s.op, s.reason]);
+    const row = rows.get(key) ?? { op: s.op, reason: s.reason, source: s.source ?? null, modules: [], count: 0, time_ns: null };
+    row.count = (row.count ?? 0) + 1;
+    if (s.module && !row.modules.includes(s.module)) {
+      row.modules.push(s.module);
+    }
+    rows.set(key, row);
+  }
+  const places = [...rows.values()].map(r => ({ ...r, count: (r.count ?? 0) / steps }));
+  return { places, total: places.length, left_out: 0, left_out_count: 0, time_basis: null };
 }
 
 /** A large count in 3 significant digits with an SI suffix ("1.07 G"): the op table's FLOPs and bytes fit. */
@@ -527,21 +538,40 @@ function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTM
       )
     );
   }
-  if (p.sync_points?.length) {
+  const sync = syncPlaces(p);
+  if (sync?.places.length) {
+    const basis = sync.time_basis;
     parts.push(
       el('h4', { text: 'Sync points' }),
       table(
-        ['Op', 'Reason', 'Source', 'Module', 'Count/step'],
-        groupSyncPoints(p.sync_points).map(s => [
+        ['Op', 'Reason', 'Source', 'Module', 'Count/step', ...(basis ? [`Host time/step (${basis})`] : [])],
+        sync.places.map(s => [
           String(s.op),
           String(s.reason),
           sourceLink(s.source, actions),
-          String(s.module ?? ''),
-          fmtCount(s.n / Math.max(1, isNum(p.steps) ? p.steps : 1))
+          s.modules.join(', '),
+          fmtCount(s.count),
+          ...(basis ? [fmtNs(s.time_ns)] : [])
         ]),
         'ns-SyncPoints'
       )
     );
+    if (sync.left_out) {
+      parts.push(
+        el('p', {
+          class: 'ns-Muted ns-SyncLeftOut',
+          text: `${sync.left_out} more place${sync.left_out === 1 ? '' : 's'} not listed (${fmtCount(sync.left_out_count)} syncs/step); the ${sync.places.length} costliest are shown.`
+        })
+      );
+    }
+    if (!basis) {
+      parts.push(
+        el('p', {
+          class: 'ns-Muted',
+          text: 'Host time per step not determined (no modeled or measured time for these calls in this summary).'
+        })
+      );
+    }
   }
   if (p.recompiles?.length) {
     parts.push(
@@ -686,7 +716,7 @@ export function renderProfile(p: IProfilePayload, actions: IProfileViewActions =
   if (p.op_table?.length) {
     pages.push(['Op table', opTable(p.op_table, p.op_table_basis, p.region_splits, p.modeled !== false)]);
   }
-  if (p.fallbacks?.length || p.sync_points?.length || p.recompiles?.length) {
+  if (p.fallbacks?.length || syncPlaces(p)?.places.length || p.recompiles?.length) {
     pages.push(['Fallbacks & syncs', fallbacksSection(p, actions)]);
   }
   const trace = traceTab(p, actions, src => sourceLink(src, actions), name => {

@@ -94,11 +94,35 @@ export interface IFallback {
   time_ns: number | null;
 }
 
+/** One occurrence of a host sync, as summaries before version 2 listed them (every occurrence of every step). */
 export interface ISyncPoint {
   op: string;
   reason: string;
   source: SourceRef;
   module?: string;
+}
+
+/** One place where the host waits (profiler/profile_summary.py `sync_places_block`): a source line, op and reason. */
+export interface ISyncPlace {
+  op: string;
+  reason: string;
+  source: SourceRef;
+  /** The modules that ran the line (as every view names them). */
+  modules: string[];
+  /** Occurrences per profiled step. */
+  count: number | null;
+  /** Host time per step those syncs cost (`time_basis` says modeled or measured); null when not determined. */
+  time_ns: number | null;
+}
+
+/** The sync places the summary lists (the costliest first) and how many it left out. */
+export interface ISyncPlaces {
+  places: ISyncPlace[];
+  total: number;
+  left_out: number;
+  /** Occurrences per step of the places left out. */
+  left_out_count: number | null;
+  time_basis: 'modeled' | 'measured' | null;
 }
 
 export interface IRecompile {
@@ -172,7 +196,7 @@ export interface ICalibration {
   validated: boolean;
 }
 
-/** The payload of `application/vnd.neuron-studio.profile+json` (version 1). */
+/** The payload of `application/vnd.neuron-studio.profile+json` (version 2; older versions are read too). */
 export interface IProfilePayload {
   version: number;
   run_id: number | null;
@@ -217,6 +241,9 @@ export interface IProfilePayload {
   region_splits?: IRegionSplit[];
   badges?: { fallbacks: number; sync_points: number; recompiles: number };
   fallbacks?: IFallback[];
+  /** Host syncs grouped per place (version 2 on). */
+  sync_places?: ISyncPlaces | null;
+  /** Version 1 only (a stored summary or a saved notebook output from before version 2): one row per occurrence. */
   sync_points?: ISyncPoint[];
   recompiles?: IRecompile[];
   cost?: ICost | null;

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from neuron_studio.profiler.profile_summary import current_summary
 from neuron_studio.profiler.vocabulary import DEVICE_ENGINES
 from neuron_studio.ui.formatting import as_number, fmt_ns, fmt_pct, fmt_sci, fmt_usd
 from neuron_studio.ui.breakdown_html import breakdown_view, justified_ops, prediction_text, what_if_view
@@ -169,7 +170,9 @@ def _key_figures(s: dict, modeled: bool) -> list[tuple[str, str]]:
 
 
 def render_html(s: dict) -> str:
-    """The profile view of summary `s` (the payload of `profile_summary`) as one self-contained HTML block."""
+    """The profile view of summary `s` (the payload of `profile_summary`, or a stored one of an older version) as
+    one self-contained HTML block."""
+    s = current_summary(s)
     uid = f"nstu{uuid.uuid4().hex[:10]}"  # unique per output: several profiles can share a page
     modeled = s.get("modeled", True) is not False
     badges = s.get("badges") if isinstance(s.get("badges"), dict) else {}

@@ -3,11 +3,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from neuron_studio.profiler.profile_summary import current_summary
 from neuron_studio.ui.breakdown_html import prediction_text
-from neuron_studio.ui.formatting import fmt_change, fmt_kernel, fmt_ns, fmt_pct, fmt_source, fmt_usd
+from neuron_studio.profiler.vocabulary import counted
+from neuron_studio.ui.formatting import fmt_change, fmt_count, fmt_kernel, fmt_ns, fmt_pct, fmt_source, fmt_usd
 from neuron_studio.ui.memory_html import fmt_bytes, memory_line
 
-__all__ = ["render_text", "render_ranks_text", "breakdown_lines"]
+__all__ = ["render_text", "render_ranks_text", "breakdown_lines", "sync_lines"]
 
 
 def _pct(v: Any) -> str:
@@ -57,7 +59,29 @@ def _gpu_lines(s: dict, top: int) -> list[str]:
     return lines
 
 
+def sync_lines(s: dict, top: int) -> list[str]:
+    """The summary's sync places (one line per place: count and host time per step), the first `top` of them, and
+    how many more places there are (listed in the summary, or left out of it)."""
+    sp = s.get("sync_places") if isinstance(s.get("sync_places"), dict) else {}
+    places = [p for p in sp.get("places") or [] if isinstance(p, dict)]
+    if not places:
+        return []
+    basis = sp.get("time_basis")
+    lines = [f"  sync points ({counted(int(sp.get('total') or len(places)), 'place')}; "
+             + (f"host time/step {basis}" if basis else "host time per step not determined") + "):"]
+    for p in places[:top]:
+        at = fmt_source(p.get("source")) or "(no source)"
+        mods = ", ".join(str(m) for m in p.get("modules") or [] if m)
+        lines.append(f"    {fmt_count(p.get('count')):>6}/step  {p.get('op')} ({p.get('reason')})  {at}"
+                     + (f"  [{mods}]" if mods else "") + (f"  {fmt_ns(p.get('time_ns'))}/step" if basis else ""))
+    more = max(0, len(places) - top) + int(sp.get("left_out") or 0)
+    if more:
+        lines.append(f"    ... {counted(more, 'more place')} (Issues tab; prof.sync_places())")
+    return lines
+
+
 def render_text(s: dict, *, top: int = 5) -> str:
+    s = current_summary(s)
     modeled = " (modeled)" if s.get("modeled", True) else ""
     lines = [
         f"Neuron profile {_run_label(s)}{' ' + str(s['name']) if s.get('name') else ''}: "
@@ -72,6 +96,7 @@ def render_text(s: dict, *, top: int = 5) -> str:
     b = s.get("badges") or {}
     lines.append(f"  fallbacks {b.get('fallbacks', 0)}   sync points {b.get('sync_points', 0)}   "
                  f"recompiles {b.get('recompiles', 0)}")
+    lines.extend(sync_lines(s, top))
     c = s.get("cost") or {}
     if c:
         lines.append(f"  cost / 1M steps (modeled): {c.get('chip')} {_usd(c.get('per_1m_steps_usd'))}"

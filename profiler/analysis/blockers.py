@@ -6,7 +6,11 @@ import pandas as pd
 
 from neuron_studio.profiler.op_kinds import HOST_KINDS
 
-__all__ = ["cpu_fallbacks", "sync_points", "recompiles", "transfers", "idle_gaps"]
+__all__ = ["cpu_fallbacks", "sync_points", "sync_places", "SYNC_PLACE", "recompiles", "transfers", "idle_gaps"]
+
+#: A sync place: one line of code where one op makes the host wait for one reason. Its occurrences (every
+#: call, every profiled step) are one place, whatever module ran that line.
+SYNC_PLACE = ("source", "op", "reason")
 
 
 def cpu_fallbacks(ops: pd.DataFrame) -> pd.DataFrame:
@@ -29,11 +33,13 @@ def cpu_fallbacks(ops: pd.DataFrame) -> pd.DataFrame:
 
 
 def sync_points(ops: pd.DataFrame, groups: list | None = None) -> pd.DataFrame:
-    """Each op that made the host wait (and so closed an adaptive-eager fusion group), with its source line."""
+    """Each op that made the host wait (and so closed an adaptive-eager fusion group), with its source line, its
+    measured host time (`host_ns`: the call, wait included) and its modeled time (`device_ns`: the stall the
+    model charges it on the device timeline, what the step breakdown counts as a sync stall)."""
     sel = ops[ops["sync"].notna()]
     if "tags" in sel:  # the profiler's own end-of-run synchronize is not the user's sync point
         sel = sel[~sel["tags"].fillna("").str.contains("timing_sync", regex=False)]
-    cols = ["seq", "op", "reason", "source", "module", "breaks_group"]
+    cols = ["seq", "op", "reason", "source", "module", "breaks_group", "host_ns", "device_ns"]
     if sel.empty:
         return pd.DataFrame(columns=cols)
     boundary = set()
@@ -44,9 +50,38 @@ def sync_points(ops: pd.DataFrame, groups: list | None = None) -> pd.DataFrame:
     out = pd.DataFrame({
         "seq": sel["seq"].to_numpy(), "op": sel["op"].to_numpy(), "reason": sel["sync"].to_numpy(),
         "source": sel["source"].to_numpy(), "module": sel["module"].to_numpy(),
+        "host_ns": sel["host_ns"].to_numpy(np.float64), "device_ns": sel["device_ns"].to_numpy(np.float64),
     })
     out["breaks_group"] = [int(s) in boundary for s in out["seq"]] if boundary else False
     return out[cols]
+
+
+def sync_places(points: pd.DataFrame, steps: int, time: str | None) -> pd.DataFrame:
+    """The sync points (`sync_points`) grouped per place (`SYNC_PLACE`: source line, op, reason), each with its
+    occurrences per profiled step (`count`: 20 `.item()` calls per step read 20 whether 1 or 5 steps were
+    profiled), the modules that ran it, whether it ended fusion groups, and the time it costs per step (`time_ns`)
+    from the column `time` ("device_ns" modeled, "host_ns" measured; None: no time, `time_ns` is NaN).
+
+    Ordered by time (costliest first) where known, then by count, then by first occurrence; the first place a
+    step reaches comes first among equals."""
+    cols = [*SYNC_PLACE, "modules", "count", "time_ns", "breaks_group", "first_seq"]
+    if points.empty:
+        return pd.DataFrame(columns=cols)
+    per = max(1, int(steps))
+    df = points.assign(source=points["source"].where(points["source"].notna(), None),
+                       module=points["module"].fillna("").astype(str),
+                       _t=points[time].astype(np.float64) if time else np.nan)
+    g = df.groupby(list(SYNC_PLACE), sort=False, dropna=False)
+    out = pd.DataFrame({
+        "modules": g["module"].agg(lambda m: list(dict.fromkeys(m))),
+        "count": g.size() / per,
+        "time_ns": g["_t"].sum(min_count=1) / per,
+        "breaks_group": g["breaks_group"].any(),
+        "first_seq": g["seq"].min(),
+    }).reset_index()
+    out = out.sort_values(["time_ns", "count", "first_seq"], ascending=[False, False, True], na_position="last",
+                          kind="stable")
+    return out.reset_index(drop=True)[cols]
 
 
 def recompiles(compiles: pd.DataFrame) -> pd.DataFrame:
