@@ -33,7 +33,7 @@ ROW_KEYS: dict[str, Callable[[dict], Any]] = {
     "hot_ops": lambda r: (r["op"], r["module"], r["source"]),
     "op_table": lambda r: r["op"],
     "fallbacks": lambda r: (r["op"], r["reason"]),
-    "sync_points": lambda r: (r["op"], r["reason"], r["source"], r["module"]),
+    "places": lambda r: (r["op"], r["reason"], r["source"]),   # sync_places.places
     "rows": lambda r: r["variant"],                       # what_if.rows
     "levers": lambda r: (r["key"], r["title"]),
     "no_help": lambda r: (r["key"], r["title"]),
@@ -45,10 +45,9 @@ ROW_KEYS: dict[str, Callable[[dict], Any]] = {
     "recommendations": lambda r: r["category"],
     "region_splits": lambda r: (r["reason"], r["op"], r["source"]),
 }
-#: Lists of occurrences over the profiled steps (a reader counts them per step): compared as occurrences per step.
-OCCURRENCES = {"sync_points"}
 #: Truncated lists (the top rows): a row only one side shows must tie with the other side's last row.
-RANKED_BY = {"hot_ops": "device_ns", "op_table": "device_ns", "live": "nbytes", "activations": "activation_bytes"}
+RANKED_BY = {"hot_ops": "device_ns", "op_table": "device_ns", "live": "nbytes", "activations": "activation_bytes",
+             "places": "time_ns"}
 
 
 def _summary(steps: int, mode: str, sync: bool, optimizer: bool = True) -> dict:
@@ -110,11 +109,6 @@ def _compare(a: Any, b: Any, path: str, diffs: list[str], *, ops: float = 1.0, p
         keyed = ROW_KEYS.get(name)
         if keyed and all(isinstance(r, dict) for r in a + b):
             ka, kb = _grouped(a, keyed), _grouped(b, keyed)
-            if name in OCCURRENCES:
-                per_step = [{k: len(v) / n for k, v in g.items()} for g, n in ((ka, STEPS[0]), (kb, STEPS[1]))]
-                if per_step[0] != per_step[1]:
-                    diffs.append(f"{path}: occurrences per step {per_step[0]} vs {per_step[1]}")
-                ka, kb = {k: v[:1] for k, v in ka.items()}, {k: v[:1] for k, v in kb.items()}
             rank = RANKED_BY.get(name)
             for only, other in ((set(ka) - set(kb), b), (set(kb) - set(ka), a)):
                 for k in only:
@@ -186,21 +180,3 @@ def test_the_comparison_sees_a_figure_summed_over_the_steps(one_and_three: tuple
     diffs: list[str] = []
     _compare(one, {**three, "op_table": [row, *three["op_table"][1:]]}, "", diffs, per_ns=1 / one["step_time_ns"])
     assert any(".count" in d for d in diffs)
-
-
-@pytest.mark.parametrize("steps", [1, 3])
-def test_a_sync_points_occurrences_per_step_are_all_in_the_summary(steps: int) -> None:
-    """A reader counts each sync point's occurrences per step from the summary's list (the extension's
-    Count/step): the list is cut after whole points, never mid-point, so the count does not fall as steps grow."""
-    torch.manual_seed(0)
-    x = torch.randn(64, device="neuron")
-
-    def step() -> None:
-        for i in range(20):
-            x[i].item()
-
-    s = profile(step, steps=steps, warmup=1, mode="eager", host_events=False).to_summary()
-    items = [p for p in s["sync_points"] if p["reason"] == "item"]
-    assert len({(p["op"], p["source"]) for p in items}) == 1
-    assert len(items) / steps == 20
-    assert s["badges"]["sync_points"] == len({tuple(p.values()) for p in s["sync_points"]})

@@ -87,16 +87,17 @@ def porting_report(prof: Any) -> PortingReport:
                                "cast once, outside the step", [f"{d}: {_UNSUPPORTED_DTYPES[d]}" for d in bad]))
     else:
         items.append(CheckItem("ok", "dtypes", "all dtypes are native on the NeuronCores"))
-    sp = prof.sync_points()
+    sp = prof.sync_places()      # one row per place, as the Issues tabs list them
     sp = sp[sp["reason"] != "synchronize"] if len(sp) else sp
     if len(sp):
-        per_step = round(len(sp) / prof.steps, 1)
+        per_step = round(float(sp["count"].sum()), 1)
         items.append(CheckItem(
             "warning", "sync_points", f"{per_step:g} host sync{'' if per_step == 1 else 's'} per step "
             f"({', '.join(sorted(set(sp['reason'])))})",
             "each sync ends an adaptive-eager fusion group and stalls the host: accumulate on device, "
             "call .item() once per N steps",
-            [f"{r.op} ({r.reason}) at {_at(r.source)}" for r in sp.head(10).itertuples(index=False)]))
+            [f"{r.op} ({r.reason}, {r.count:g} per step) at {_at(r.source)}"
+             for r in sp.head(10).itertuples(index=False)]))
     else:
         items.append(CheckItem("ok", "sync_points", "no host syncs inside the step"))
     items.extend(_region_items(prof))
