@@ -14,6 +14,7 @@ from neuron_studio.profiler.capture import profile
 from neuron_studio.profiler.profile_summary import current_summary, sync_places_block
 from neuron_studio.ui.html import render_html
 from neuron_studio.ui.text import render_text
+from tests.models.host_syncs import PLACES, two_sync_places
 
 #: The two profiles compared: the same step profiled this many times.
 STEPS = (1, 3)
@@ -22,22 +23,9 @@ NS_PER_OP = 3.0
 HOSTILE = "<script>alert('x')</script>"
 
 
-def _two_places(steps: int) -> dict:
-    """20 `.item()` per step at one line and one `print(tensor)` at the next, profiled `steps` times."""
-    torch.manual_seed(0)
-    x = torch.randn(64, device="neuron")
-
-    def step() -> None:
-        for i in range(20):
-            x[i].item()
-        print(x[:2])
-
-    return profile(step, steps=steps, warmup=1, mode="eager", host_events=False).to_summary()
-
-
 @pytest.fixture(scope="module")
 def summaries() -> tuple[dict, dict]:
-    return _two_places(STEPS[0]), _two_places(STEPS[1])
+    return two_sync_places(STEPS[0]).to_summary(), two_sync_places(STEPS[1]).to_summary()
 
 
 def _rows(s: dict) -> list[tuple]:
@@ -64,8 +52,7 @@ def test_one_row_per_place_with_the_same_counts_at_one_and_three_steps(summaries
         assert s["badges"]["sync_points"] == block["total"] == len(block["places"]) == 2
         assert (block["left_out"], block["left_out_count"], block["time_basis"]) == (0, 0.0, "modeled")
     assert _rows(one) == _rows(three)
-    assert [(op, reason, count) for op, reason, _, _, count in _rows(one)] == [
-        ("aten::_local_scalar_dense", "item", 20.0), ("aten::_print", "print", 1.0)]
+    assert [(op, reason, count) for op, reason, _, _, count in _rows(one)] == PLACES
     item_line, print_line = (int(p["source"].rsplit(":", 1)[1]) for p in one["sync_places"]["places"])
     assert print_line == item_line + 1
     for a, b in zip(one["sync_places"]["places"], three["sync_places"]["places"]):
@@ -86,7 +73,7 @@ def test_the_html_issues_tab_shows_one_row_per_place(summaries: tuple[dict, dict
     rows = _table_rows(panes[0])
     assert [(r[0], r[1], r[4]) for r in rows] == [("aten::_local_scalar_dense", "item", "20"),
                                                   ("aten::_print", "print", "1")]
-    assert all(r[2].startswith("test_sync_places.py:") and r[3] == "top level" for r in rows)
+    assert all(r[2].startswith("host_syncs.py:") and r[3] == "top level" for r in rows)
     assert "host time/step (modeled)" in panes[0] and all(r[5].endswith("µs") for r in rows)
     assert "not listed" not in panes[0]
 
@@ -110,9 +97,9 @@ def test_the_text_output_lists_the_same_places(summaries: tuple[dict, dict]) -> 
     assert block[0] == block[1]
     head, item, printed = block[0]
     assert head == "  sync points (2 places; host time/step modeled):"
-    assert re.fullmatch(r"\s+20/step  aten::_local_scalar_dense \(item\)  test_sync_places\.py:\d+  \[top level\]  "
+    assert re.fullmatch(r"\s+20/step  aten::_local_scalar_dense \(item\)  host_syncs\.py:\d+  \[top level\]  "
                         r"\S+ µs/step", item), item
-    assert re.fullmatch(r"\s+1/step  aten::_print \(print\)  test_sync_places\.py:\d+  \[top level\]  \S+ µs/step",
+    assert re.fullmatch(r"\s+1/step  aten::_print \(print\)  host_syncs\.py:\d+  \[top level\]  \S+ µs/step",
                         printed), printed
 
 

@@ -19,27 +19,16 @@ if not Path(CHROMIUM).exists():  # pragma: no cover - environment without a brow
 sys.path.insert(0, str(HERE.parent))
 from neuron_studio_lab import core  # noqa: E402
 
+sys.path.insert(0, str(HERE.parents[1]))
+from tests.models.host_syncs import PLACES, two_sync_places  # noqa: E402
+
 CELL = "%%neuron --name syncs\nfor i in range(20):\n    x[i].item()\nprint(x[:2])"
 HEAD = ["Op", "Reason", "Source", "Module", "Count/step"]
 
 
 def _payload(steps: int) -> dict:
     """20 `.item()` per step at one line and one `print(tensor)` at the next, profiled `steps` times."""
-    import torch
-
-    import neuron_studio  # noqa: F401 - registers the neuron device
-    from neuron_studio.profiler.capture import profile
-
-    torch.manual_seed(0)
-    x = torch.randn(64, device="neuron")
-
-    def step() -> None:
-        for i in range(20):
-            x[i].item()
-        print(x[:2])
-
-    return json.loads(json.dumps(profile(step, steps=steps, warmup=1, mode="eager", chip="trn2",
-                                         host_events=False).to_summary()))
+    return json.loads(json.dumps(two_sync_places(steps, chip="trn2").to_summary()))
 
 
 def _version_1(p: dict) -> dict:
@@ -93,7 +82,7 @@ def test_the_renderer_and_the_panel_show_one_row_per_place(lab: dict, page) -> N
     views.nth(2).wait_for(timeout=60_000)
     shown = {key: _sync_rows(views.nth(i)) for i, key in enumerate(("one", "three", "old"))}
     # one row per place, 20 and 1 per step, at 1 and at 3 profiled steps; the host time per step, labelled modeled
-    assert [r[4] for r in _expected(one)] == ["20", "1"] and _expected(one) == _expected(three)
+    assert [r[4] for r in _expected(one)] == [str(n) for _, _, n in PLACES] and _expected(one) == _expected(three)
     for key, p in (("one", one), ("three", three)):
         head, rows = shown[key]
         assert head == HEAD + ["Host time/step (modeled)"]
