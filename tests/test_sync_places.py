@@ -4,6 +4,7 @@ the same whether 1 or 3 steps were profiled. A summary stored before version 2 (
 as the same places."""
 from __future__ import annotations
 
+import dataclasses
 import html
 import re
 
@@ -11,6 +12,7 @@ import pytest
 import torch
 
 from neuron_studio.profiler.capture import profile
+from neuron_studio.profiler.profile import Profile
 from neuron_studio.profiler.profile_summary import current_summary, sync_places_block
 from neuron_studio.ui.html import render_html
 from neuron_studio.ui.text import render_text
@@ -134,3 +136,22 @@ def test_a_version_1_summary_reads_as_the_same_places(summaries: tuple[dict, dic
     pane = _issues_pane(render_html(v1))
     assert [r[4] for r in _table_rows(pane)] == ["20", "1"] and "host time per step not determined" in pane
     assert current_summary(s) is s
+
+
+def test_a_measured_profile_shows_the_calls_measured_host_time_labelled_measured() -> None:
+    """On hardware (device time measured) a place's time is its calls' measured host time per step, and says so;
+    on the emulator it is the model's stall (the emulator's own host time is not Trainium's)."""
+    prof = two_sync_places(2)
+    assert prof.sync_places().attrs["time_basis"] == "modeled"
+    meta = {**prof.trace.meta, "backend": "real", "figures": {**prof.trace.meta.get("figures", {}),
+                                                              "device_time": "measured"}}
+    measured = Profile(dataclasses.replace(prof.trace, meta=meta), prof.device_run)
+    places = measured.sync_places(as_captured=True)
+    assert places.attrs["time_basis"] == "measured"
+    ops = prof.trace.ops
+    for r in places.itertuples(index=False):
+        sel = ops[(ops["name"] == r.op) & (ops["source"] == r.source) & (ops["sync"] == r.reason)]
+        assert r.time_ns == pytest.approx(float((sel["end_ns"] - sel["start_ns"]).sum()) / 2)
+    block = measured.to_summary()["sync_places"]
+    assert block["time_basis"] == "measured"
+    assert sorted((p["op"], p["reason"], p["count"]) for p in block["places"]) == sorted(PLACES)   # by time: any order
