@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS, WhatIfError
+from neuron_studio.profiler.analysis import what_if as _wi
 from neuron_studio.profiler.hardware_summary import hardware_notes
 from neuron_studio.profiler.summary_numbers import finite_float
 
@@ -41,14 +41,12 @@ def breakdown_block(prof: Any) -> dict[str, Any]:
 
 
 def what_if_block(prof: Any) -> dict[str, Any]:
-    """The advisor's rows (or why there are none) and `best`: the fastest predicted variant on the profiled chip."""
-    n_ops = len(prof.trace.ops)
-    if n_ops > REMODEL_MAX_OPS:
-        return {"rows": [], "note": f"not computed inline for {n_ops:,} ops (re-modeling them nine times would "
-                                    "slow the output); call prof.what_if()"}
+    """The advisor's rows (or why there are none) and `best`: the fastest predicted variant on the profiled chip.
+    Re-modeled from the first whole steps within `what_if.REMODEL_MAX_OPS` ops: `remodeled_steps` names them
+    (empty: every step) and `scope_note` says so; when one step alone is more, `note` says that instead of rows."""
     try:
-        df = prof.what_if()
-    except WhatIfError as exc:
+        df = prof.what_if(max_ops=_wi.REMODEL_MAX_OPS)
+    except _wi.WhatIfError as exc:
         return {"rows": [], "note": str(exc)}
     rows = []
     for r in df.itertuples(index=False):
@@ -66,7 +64,8 @@ def what_if_block(prof: Any) -> dict[str, Any]:
     # the advisor's first-ranked row (`what_if.rank_rows`): the change the breakdown's verdict names too
     best = next((r for r in rows if r["rank"] == 1), None)
     return {"rows": rows, "best": None if best is None else best["variant"],
-            "modeled": bool(prof.modeled_figures), "note": None, "cell": _profiled_cell(prof)}
+            "modeled": bool(prof.modeled_figures), "note": None, "cell": _profiled_cell(prof),
+            "remodeled_steps": list(df.attrs.get("remodeled_steps") or ()), "scope_note": df.attrs.get("scope_note")}
 
 
 def _profiled_cell(prof: Any) -> dict[str, Any] | None:

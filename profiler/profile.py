@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.analysis import diff as _diff
@@ -107,12 +108,14 @@ class Profile:
         self._gpu_activity: pd.DataFrame | None = None
         self._breakdown: _bd.StepBreakdown | None = None
         # what-if re-modeling, shared by the advisor and the breakdown's recommendation (both in every summary):
-        # the ops each mode is modeled from, their model columns, and each (mode, chip) variant, keyed by the
+        # per set of re-modeled steps (`what_if.remodel_steps`; () = every step) their ops, the ops each mode is
+        # modeled from and the code changes; the model columns and each (mode, chip) variant, keyed by the
         # identity of the ops frame they came from (a frame passed in from outside is never matched)
-        self._mode_ops: dict[str, tuple[pd.DataFrame, str]] = {}
+        self._step_ops_cache: dict[tuple[int, ...], tuple[pd.DataFrame, Any]] = {}
+        self._mode_ops: dict[tuple[str, tuple[int, ...]], tuple[pd.DataFrame, str]] = {}
         self._remodel_columns: dict[int, tuple[pd.DataFrame, Any]] = {}
-        self._variants: dict[tuple[str, str, int], tuple[pd.DataFrame, _wi.Variant]] = {}
-        self._code_changes: list | None = None
+        self._variants: dict[tuple[str, str, int, int], tuple[pd.DataFrame, _wi.Variant]] = {}
+        self._code_changes: dict[tuple[int, ...], list] = {}
         self.ops = joined_ops(trace.ops, device_run.ops_frame())
         self.ops["region_splits"] = _regions.region_boundary_counts(device_run.groups, self.ops)
 
@@ -404,16 +407,17 @@ class Profile:
 
     def advice(self) -> list[dict] | None:
         """The what-if rows on the profiled chip in the advisor's ranking (`what_if.rank_rows`, best first), as the
-        breakdown's recommendations and the What if line both read them; None when the run is too large to
-        re-model inline (REMODEL_MAX_OPS) or cannot be re-modeled."""
-        if len(self.trace.ops) > _wi.REMODEL_MAX_OPS or self.hot_basis != _gaps.MODELED:
+        breakdown's recommendations and the What if line both read them: re-modeled, as in the summary, from the
+        first whole steps within REMODEL_MAX_OPS ops (`what_if(max_ops=...)`); None when one step is already more
+        than that, or the run cannot be re-modeled."""
+        if self.hot_basis != _gaps.MODELED:
             return None
         try:
-            wi = self.what_if(chips=[self.summary.chip])
+            wi = self.what_if(chips=[self.summary.chip], max_ops=_wi.REMODEL_MAX_OPS)
         except _wi.WhatIfError:
             return None
         ranked = wi[wi["rank"].notna()].sort_values("rank")
-        changes = {c.variant: c for c in self.code_changes()}
+        changes = {c.variant: c for c in self.code_changes(max_ops=_wi.REMODEL_MAX_OPS)}
         device_ops = self.device_run.ops_frame() if changes else None
 
         def cites(c: Any) -> dict:
@@ -428,7 +432,8 @@ class Profile:
         return [{**r, **cites(changes.get(r["variant"]))} for r in ranked.to_dict("records")]
 
     def what_if(self, modes: Sequence[str] | None = None, chips: Sequence[str] | None = None,
-                kernels: bool | Sequence[str] = True, changes: bool = True) -> pd.DataFrame:
+                kernels: bool | Sequence[str] = True, changes: bool = True, *, max_ops: int | None = None
+                ) -> pd.DataFrame:
         """The recorded ops re-modeled, without rerunning: each mode (eager / adaptive / compile) on each chip
         (trn1 / trn2 / trn3), each one-line PyTorch change that applies (fused optimizer, bf16 autocast, host syncs
         out of the step; `changes=False` for none) and each NKI kernel the hot path suggests swapped in
@@ -438,7 +443,13 @@ class Profile:
         none for rows that are not advice, `why_not` says why), `cell`:
         for a profile of a `%%neuron` cell, the whole cell that runs it (the profiled cell with that change), and
         `basis`: how well the re-modeling is known (exact under the model, or approximate and why). The row
-        with `current` True is this profile's own figures."""
+        with `current` True is this profile's own figures.
+
+        `max_ops` (the summary passes REMODEL_MAX_OPS): re-model at most this many ops, the first whole profiled
+        steps within it, and scale the re-modeled rows by this profile's mean step over those steps' own modeled
+        step (as a measured profile's rows are scaled), so the figures do not depend on how many steps were
+        profiled; `.attrs["remodeled_steps"]` names the steps (() = all) and `.attrs["scope_note"]` says it. A
+        WhatIfError when one step alone is more than `max_ops`. Default: every step."""
         from neuron_studio.hardware import trainium_chips
         from neuron_studio.profiler.vocabulary import MODES
 
@@ -459,6 +470,7 @@ class Profile:
         if bad:
             raise _wi.WhatIfError(f"unknown mode/chip {bad}; modes: {', '.join(MODES)}; chips: "
                                   f"{', '.join(trainium_chips())}")
+        scope = self._remodel_steps(max_ops)
         s, n, cost = self.summary, self.steps, self.cost()
         own = _wi.Variant(s.mode, s.chip, self.step_time_ns,
                           s.step_time_low_ns / n if s.step_time_high_ns > 0 else None,
@@ -471,29 +483,62 @@ class Profile:
             except ImportError:  # pragma: no cover - the kernels package ships with the studio
                 swappable = ()
             saves = _wi.kernel_savings(self.hot_path(), n, swappable, None if kernels is True else list(kernels))
-        model = self._remodel_variant
-        if measured:   # other chips: the measured step scaled by the model's ratio between the chips
-            model = _wi.scaled_to(own, self._remodel_variant(self.trace.ops, s.mode, s.chip), self._remodel_variant)
+        ops = self._step_ops(scope)[0]
+        per = len(scope.steps) or n
+
+        def remodel(o: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
+            return self._remodel_variant(o, mode, chip, steps=per)
+
+        model = remodel
+        if measured or not scope.every_step:
+            # a measured profile: the measured step scaled by the model's ratio between the chips (and modes); some
+            # steps of a modeled one: by the ratio to those steps modeled as profiled
+            model = _wi.scaled_to(own, remodel(ops, s.mode, s.chip), remodel)
         meta = self.trace.meta
         command = meta.get("cli_command") if isinstance(meta.get("cli_command"), list) else None
         api_call = meta.get("api_call") if isinstance(meta.get("api_call"), dict) else None
-        return _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
-                                 trace_ops=self.trace.ops, model=model, kernel_savings=saves,
-                                 changes=self.code_changes() if changes and not measured else (), steps=n,
-                                 warmup=meta.get("warmup"), measured=measured, cell=meta.get("cell"),
-                                 run_id=self.run_id, ops_for=self._ops_for_mode, command=command, api_call=api_call,
-                                 compile_why_not=self._compile_why_not(), compiles=self._recompiling_compiles())
+        df = _wi.what_if_frame(own, modes=modes, chips=chips, recorded_mode=self.trace.mode,
+                               trace_ops=ops, model=model, kernel_savings=saves,
+                               changes=self.code_changes(max_ops=max_ops) if changes and not measured else (), steps=n,
+                               warmup=meta.get("warmup"), measured=measured, cell=meta.get("cell"),
+                               run_id=self.run_id, ops_for=lambda mode: self._ops_for_mode(mode, scope),
+                               command=command, api_call=api_call, compile_why_not=self._compile_why_not(),
+                               compiles=self._recompiling_compiles())
+        df.attrs["remodeled_steps"] = scope.steps
+        df.attrs["scope_note"] = scope.note
+        return df
 
-    def code_changes(self) -> list:
+    def _remodel_steps(self, max_ops: int | None) -> _wi.RemodelSteps:
+        """The profiled steps a what-if re-models within `max_ops` ops (`what_if.remodel_steps`)."""
+        ops = self.trace.ops
+        step = ops["step"].to_numpy() if "step" in ops else np.zeros(len(ops), dtype=np.int64)
+        return _wi.remodel_steps(step, self.steps, max_ops)
+
+    def _step_ops(self, scope: _wi.RemodelSteps) -> tuple[pd.DataFrame, Any]:
+        """The recorded ops of the re-modeled steps, and their kinds (`_op_kinds`); once per set of steps."""
+        if scope.every_step:
+            return self.trace.ops, self._op_kinds()
+        if scope.steps not in self._step_ops_cache:
+            keep = self.trace.ops["step"].isin(scope.steps).to_numpy()
+            kinds = self._op_kinds()
+            self._step_ops_cache[scope.steps] = (self.trace.ops[keep].reset_index(drop=True),
+                                                 None if kinds is None else kinds[keep])
+        return self._step_ops_cache[scope.steps]
+
+    def code_changes(self, *, max_ops: int | None = None) -> list:
         """The one-line PyTorch changes that apply to this run (fused optimizer, bf16 autocast, host syncs out of the
-        step), each with the ops it would run (`analysis.code_changes`); built once."""
-        if self._code_changes is None:
+        step), each with the ops it would run (`analysis.code_changes`); built once. `max_ops`: of the steps
+        `what_if(max_ops=...)` re-models (their ops; compiles still counted over every step)."""
+        scope = self._remodel_steps(max_ops)
+        if scope.steps not in self._code_changes:
             from neuron_studio.profiler.analysis import code_changes as _cc
 
-            self._code_changes = _cc.code_changes(
-                self.trace.ops, cell=self.trace.meta.get("cell"), run_id=self.run_id, kinds=self._op_kinds(),
-                compiles=self.trace.compiles if self.trace.mode == "compile" else None)
-        return self._code_changes
+            ops, kinds = self._step_ops(scope)
+            self._code_changes[scope.steps] = _cc.code_changes(
+                ops, cell=self.trace.meta.get("cell"), run_id=self.run_id, kinds=kinds,
+                compiles=self.trace.compiles if self.trace.mode == "compile" else None,
+                all_steps=None if scope.every_step else self.trace.ops)
+        return self._code_changes[scope.steps]
 
     def _op_kinds(self) -> Any:
         """Each recorded op's kind (`profiler.op_kinds`, row i of `trace.ops`), or None when the joined ops do not
@@ -524,24 +569,29 @@ class Profile:
         return ("shapes are not static: " + " and ".join(said) + "; compile would break or recompile there "
                 "(pad inputs to a few bucket shapes, replace boolean masking/nonzero with torch.where first)")
 
-    def _ops_for_mode(self, mode: str) -> tuple[pd.DataFrame, str]:
-        """The recorded ops as the model sees them in `mode` (`what_if.ops_for_mode`), built once per mode."""
-        if mode not in self._mode_ops:
-            self._mode_ops[mode] = _wi.ops_for_mode(self.trace.ops, self.trace.mode, mode)
-        return self._mode_ops[mode]
+    def _ops_for_mode(self, mode: str, scope: _wi.RemodelSteps | None = None) -> tuple[pd.DataFrame, str]:
+        """The recorded ops (of the re-modeled steps: `scope`, default all) as the model sees them in `mode`
+        (`what_if.ops_for_mode`), built once per mode and steps."""
+        steps = scope.steps if scope is not None else ()
+        if (mode, steps) not in self._mode_ops:
+            ops = self._step_ops(scope)[0] if scope is not None else self.trace.ops
+            self._mode_ops[(mode, steps)] = _wi.ops_for_mode(ops, self.trace.mode, mode)
+        return self._mode_ops[(mode, steps)]
 
-    def _remodel_variant(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
+    def _remodel_variant(self, ops: pd.DataFrame, mode: str, chip: str, steps: int | None = None) -> _wi.Variant:
         """`_remodel`, once per (mode, chip) for the same ops frame: the advisor and the breakdown's
         recommendation ask for the same variants."""
-        hit = self._variants.get((mode, chip, id(ops)))
+        key = (mode, chip, id(ops), steps or self.steps)
+        hit = self._variants.get(key)
         if hit is not None and hit[0] is ops:
             return hit[1]
-        v = self._remodel(ops, mode, chip)
-        self._variants[(mode, chip, id(ops))] = (ops, v)
+        v = self._remodel(ops, mode, chip, steps)
+        self._variants[key] = (ops, v)
         return v
 
-    def _remodel(self, ops: pd.DataFrame, mode: str, chip: str) -> _wi.Variant:
-        """Per-step figures of `ops` modeled in `mode` on `chip` (the model's public entry point)."""
+    def _remodel(self, ops: pd.DataFrame, mode: str, chip: str, steps: int | None = None) -> _wi.Variant:
+        """Per-step figures of `ops` (`steps` steps of them; default: the profiled steps) modeled in `mode` on
+        `chip` (the model's public entry point)."""
         from neuron_studio.profiler.model import ConfigError, ModelConfig, as_columns, model_run
 
         cfg = self.device_run.config if isinstance(self.device_run.config, ModelConfig) else ModelConfig()
@@ -557,7 +607,7 @@ class Profile:
         except ConfigError:  # e.g. an LNC the other chip does not offer: that chip's default
             cfg = cfg.replace(lnc=None)
             run = model_run(cols, chip=chip, mode=mode, config=cfg, **kw)
-        s, n = run.summary, self.steps
+        s, n = run.summary, steps or self.steps
         rng = s.step_time_high_ns > 0
         high = s.step_time_high_ns
         if mode == "compile" and self.trace.mode != "compile" and cfg.fusion_rule != "none":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from neuron_studio.profiler.analysis import what_if as _wi
 from neuron_studio.profiler.analysis.fusion_regions import REGION_MODES, region_splits
 from neuron_studio.profiler.analysis.trace_overview import trace_overview
 from neuron_studio.profiler.breakdown_summary import breakdown_block, what_if_block
@@ -271,7 +272,7 @@ def _hot_changes(prof: Any) -> dict[tuple[str, str], dict]:
         return {}
     rows = {r["variant"]: r for r in advice if r.get("kind") == "code"}
     out: dict[tuple[str, str], dict] = {}
-    for c in prof.code_changes():
+    for c in prof.code_changes(max_ops=_wi.REMODEL_MAX_OPS):   # the changes the advice was re-modeled from
         r = rows.get(c.variant)
         if r is None:
             continue

@@ -15,6 +15,10 @@ from neuron_studio.ui.text import render_text
 
 @functools.cache
 def _summary() -> dict:
+    return _profile().to_summary()
+
+
+def _profile():  # noqa: ANN202
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 32)).to("neuron")
     x = torch.randn(4, 32, device="neuron")
@@ -22,7 +26,7 @@ def _summary() -> dict:
     def step():
         model(x).pow(2).mean().backward()
 
-    return profile(step, steps=2, warmup=1, mode="eager", chip="trn2").to_summary()
+    return profile(step, steps=2, warmup=1, mode="eager", chip="trn2")
 
 
 def test_html_bar_segments_add_up_to_the_step_time_shown():
@@ -84,3 +88,18 @@ def test_text_names_the_parts_the_recommendation_and_the_best_variant():
     assert "-> " + s["breakdown"]["recommendations"][0]["text"] in t
     best = next(r for r in s["what_if"]["rows"] if r["variant"] == s["what_if"]["best"])
     assert best["run"] in t
+
+
+def test_a_what_if_re_modeled_from_some_steps_says_which_in_html_and_text(monkeypatch):
+    """Above the summary's op limit the what-if comes from the first whole steps: the table and the text say so."""
+    from neuron_studio.profiler.analysis import what_if
+
+    prof = _profile()
+    monkeypatch.setattr(what_if, "REMODEL_MAX_OPS", int(prof.trace.ops["step"].value_counts().min()))
+    s = prof.to_summary()
+    note = s["what_if"]["scope_note"]
+    assert s["what_if"]["rows"] and "first 1 of the 2 profiled steps" in note
+    h = render_html(s)
+    assert f"<div class='muted wi-scope'>{escape(note)}</div>" in h
+    assert h.index("wi-scope") < h.index("<table class='wi'>")     # above the rows it qualifies
+    assert f"({note})" in render_text(s)

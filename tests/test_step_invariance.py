@@ -17,7 +17,10 @@ from typing import Any, Callable
 import pytest
 import torch
 
+from neuron_studio.profiler import breakdown_summary
+from neuron_studio.profiler.analysis import what_if
 from neuron_studio.profiler.capture import profile
+from neuron_studio.profiler.profile import Profile
 from tests.models.blocks import TransformerBlock
 
 #: A per-step modeled time may differ by this much per op in it (whole-ns per op, varying between steps).
@@ -51,6 +54,10 @@ RANKED_BY = {"hot_ops": "device_ns", "op_table": "device_ns", "live": "nbytes", 
 
 
 def _summary(steps: int, mode: str, sync: bool, optimizer: bool = True) -> dict:
+    return _profile(steps, mode, sync, optimizer).to_summary()
+
+
+def _profile(steps: int, mode: str, sync: bool, optimizer: bool = True) -> Profile:
     torch.manual_seed(0)
     model = TransformerBlock(64, 4).to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
@@ -67,7 +74,7 @@ def _summary(steps: int, mode: str, sync: bool, optimizer: bool = True) -> dict:
             torch.nonzero(x > 0)       # a data-dependent op: a sync row every step
             torch.unique(x.round())    # a CPU fallback every step
 
-    return profile(step, steps=steps, warmup=1, mode=mode, host_events=False).to_summary()
+    return profile(step, steps=steps, warmup=1, mode=mode, host_events=False)
 
 
 def _text(s: str) -> str:
@@ -180,3 +187,47 @@ def test_the_comparison_sees_a_figure_summed_over_the_steps(one_and_three: tuple
     diffs: list[str] = []
     _compare(one, {**three, "op_table": [row, *three["op_table"][1:]]}, "", diffs, per_ns=1 / one["step_time_ns"])
     assert any(".count" in d for d in diffs)
+
+
+@pytest.mark.parametrize("fit", [1, 2])
+def test_a_run_above_the_what_if_op_limit_gets_the_one_step_what_if_and_advice(monkeypatch: pytest.MonkeyPatch,
+                                                                               fit: int) -> None:
+    """The summary re-models at most `what_if.REMODEL_MAX_OPS` ops. With the limit at `fit` steps' ops, one
+    profiled step is re-modeled whole and three are not: the three-step summary re-models its first `fit` steps and
+    says so, and everything else in it (what-if rows, their ranking, the advice the breakdown recommends from, the
+    hot path's code changes) is the one-step summary's."""
+    one, three = _profile(STEPS[0], "adaptive", True), _profile(STEPS[1], "adaptive", True)
+    per_step = len(one.trace.ops)
+    assert len(three.trace.ops) == STEPS[1] * per_step
+    monkeypatch.setattr(what_if, "REMODEL_MAX_OPS", fit * per_step)
+    s1, s3 = one.to_summary(), three.to_summary()
+    w1, w3 = s1["what_if"], s3["what_if"]
+    first = sorted(three.trace.ops["step"].unique())[:fit]
+    assert (w1["remodeled_steps"], w1["scope_note"]) == ([], None)
+    assert w3["remodeled_steps"] == [int(k) for k in first]
+    assert f"first {fit} of the {STEPS[1]} profiled steps" in w3["scope_note"]
+    assert f"prof.what_if() re-models all {STEPS[1]}" in w3["scope_note"]
+    # the advice is there (its rows and ranks: the comparison below holds them to the one-step ones)
+    assert any(r["rank"] == 1 for r in w3["rows"]) and {"mode", "code"} <= {r["kind"] for r in w3["rows"]}
+    for w in (w1, w3):
+        del w["remodeled_steps"], w["scope_note"]
+    diffs: list[str] = []
+    _compare(s1, s3, "", diffs, per_ns=1 / s1["step_time_ns"])
+    a1, a3 = one.advice(), three.advice()
+    assert a1 and a3
+    _compare({"advice": a1}, {"advice": a3}, "", diffs, per_ns=1 / s1["step_time_ns"])
+    assert not diffs, "\n".join(diffs)
+
+
+def test_a_step_too_large_to_re_model_inline_is_said_the_same_for_one_and_three_steps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One step is more ops than the limit: no what-if rows and no advice, at any number of profiled steps, with a
+    note naming the step's op count and the limit (never the run's total, which grows with the steps)."""
+    one, three = _profile(STEPS[0], "adaptive", True), _profile(STEPS[1], "adaptive", True)
+    per_step = len(one.trace.ops)
+    monkeypatch.setattr(what_if, "REMODEL_MAX_OPS", per_step - 1)
+    b1, b3 = breakdown_summary.what_if_block(one), breakdown_summary.what_if_block(three)
+    assert b1 == b3 and b1["rows"] == []
+    assert f"is {per_step:,} ops, more than the {per_step - 1:,} the summary re-models" in b1["note"]
+    assert "prof.what_if()" in b1["note"]
+    assert one.advice() is None and three.advice() is None

@@ -224,13 +224,60 @@ def test_summary_what_if_block_has_the_current_row_and_the_best_variant():
     assert np.isfinite([r["step_time_ns"] for r in rows]).all()
 
 
-def test_summary_skips_re_modeling_a_run_too_large_for_inline_output(monkeypatch):
+def _ops_per_step(prof) -> dict[int, int]:
+    return {int(k): int(v) for k, v in prof.trace.ops["step"].value_counts().sort_index().items()}
+
+
+def test_summary_re_models_the_first_whole_steps_within_the_op_limit(monkeypatch):
+    """A run above the summary's op limit is re-modeled from its first whole steps, says which, and gives the
+    figures re-modeling every step gives (the MLP's steps are the same step)."""
     from neuron_studio.profiler import breakdown_summary
 
     prof = _mlp()
-    monkeypatch.setattr(breakdown_summary, "REMODEL_MAX_OPS", len(prof.trace.ops) - 1)
+    per_step = _ops_per_step(prof)
+    first = min(per_step)
+    assert len(per_step) == prof.steps == 2
+    monkeypatch.setattr(wi, "REMODEL_MAX_OPS", per_step[first])          # one step fits, both do not
     block = breakdown_summary.what_if_block(prof)
-    assert block["rows"] == [] and "prof.what_if()" in block["note"] and f"{len(prof.trace.ops):,} ops" in block["note"]
+    assert block["note"] is None and block["remodeled_steps"] == [first]
+    assert (f"first 1 of the 2 profiled steps (trace step {first}: {per_step[first]:,} ops" in block["scope_note"]
+            and "prof.what_if() re-models all 2" in block["scope_note"])
+    every = prof.what_if().set_index("variant")       # on request: every step
+    assert every.attrs["remodeled_steps"] == () and every.attrs["scope_note"] is None
+    assert {r["variant"] for r in block["rows"]} == set(every.index)
+    for r in block["rows"]:
+        e = every.loc[r["variant"]]
+        assert r["step_time_ns"] == pytest.approx(e["step_time_ns"], rel=1e-9), r["variant"]
+        assert r["mfu"] == pytest.approx(e["mfu"], rel=1e-9) and r["rank"] == (None if pd.isna(e["rank"]) else e["rank"])
+
+
+def test_summary_names_a_step_too_large_to_re_model_inline(monkeypatch):
+    from neuron_studio.profiler import breakdown_summary
+
+    prof = _mlp()
+    one = _ops_per_step(prof)[min(_ops_per_step(prof))]
+    monkeypatch.setattr(wi, "REMODEL_MAX_OPS", one - 1)
+    block = breakdown_summary.what_if_block(prof)
+    assert block["rows"] == [] and "prof.what_if()" in block["note"]
+    assert f"is {one:,} ops, more than the {one - 1:,} the summary re-models" in block["note"]
+    assert prof.advice() is None
+    assert len(prof.what_if()) > 1          # on request it still re-models every step
+
+
+def test_summary_cannot_take_apart_steps_the_trace_does_not_mark(monkeypatch):
+    """Ops not marked with the profiled steps (one step number for two steps): no whole step can be re-modeled
+    apart, and the note says so rather than re-modeling a part of a step."""
+    from neuron_studio.profiler import breakdown_summary
+    from neuron_studio.profiler.profile import Profile
+    from neuron_studio.profiler.trace import Trace
+
+    src = _mlp().trace
+    trace = Trace(ops=src.ops.assign(step=np.int32(1)), meta=dict(src.meta), host=src.host, compiles=src.compiles,
+                  memory=src.memory)
+    prof = Profile.from_trace(trace)
+    monkeypatch.setattr(wi, "REMODEL_MAX_OPS", len(trace.ops) - 1)
+    block = breakdown_summary.what_if_block(prof)
+    assert block["rows"] == [] and "marked with 1 step number(s) for its 2 profiled step(s)" in block["note"]
 
 
 def test_measured_profile_rows_are_scaled_and_other_modes_refused(tmp_path):

@@ -188,6 +188,7 @@ export function whatIfSection(p: IProfilePayload, actions: IProfileViewActions =
   return el(
     'div',
     { class: 'ns-WhatIf' },
+    w.scope_note ? el('div', { class: 'ns-Muted ns-WhatIfScope', text: w.scope_note }) : null,
     t,
     el('ul', { class: 'ns-WhatIfBasis' }, ...reasons.map(b => el('li', { class: 'ns-Muted', text: `${basisLabel(b)}: ${b}` }))),
     actions.insertVariant && !w.cell

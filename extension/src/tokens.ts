@@ -352,6 +352,10 @@ export interface IWhatIfBlock {
   note?: string | null;
   /** The cell the profile ran from; null: not a notebook `%%neuron` cell (CLI run, imported trace, Python API). */
   cell?: IProfiledCell | null;
+  /** The profiled steps the re-modeled rows come from when not all (a run above the summary's op limit); empty: all. */
+  remodeled_steps?: number[];
+  /** Which steps those are and how the rows were scaled, as the table's note; null when every step was re-modeled. */
+  scope_note?: string | null;
 }
 
 /** The file, rank and device an imported trace names. */

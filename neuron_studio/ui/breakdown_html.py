@@ -103,7 +103,8 @@ def what_if_view(s: dict) -> dict[str, Any]:
         if not r.get("current") and note not in reasons:
             reasons.append(note)
     chip = next((r.get("chip") for r in rows if r.get("current")), None)
-    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "reasons": reasons, "chip": chip,
+    return {"rows": rows, "best": w.get("best"), "note": w.get("note"), "scope_note": w.get("scope_note"),
+            "reasons": reasons, "chip": chip,
             "has_cells": any(r.get("cell") and not r.get("current") for r in rows)}
 
 

@@ -166,6 +166,8 @@ def breakdown_lines(s: dict) -> list[str]:
         approx = ", approximate" if "approximate" in str(best.get("basis")) else ""
         lines.append(f"  what if (modeled{approx}): {best.get('variant')} {fmt_ns(best['step_time_ns'])}/step "
                      f"({cur['step_time_ns'] / best['step_time_ns']:.1f}x faster): {best.get('run')}")
+        if w.get("scope_note"):
+            lines.append(f"    ({w['scope_note']})")
     return lines
 
 

@@ -490,12 +490,23 @@ def pad_line(ndim: int, dim: int, bucket: int = BUCKET) -> str:
     return f"x = F.pad(x, ({pad}))"
 
 
-def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None) -> CodeChange | None:
+def _step_length(shapes: pd.Series, ref: tuple[int, ...], d: int) -> int | None:
+    """A step's input length: dimension `d` of the first of its ops' shapes that matches `ref` in every other."""
+    for text in shapes:
+        for shp in _shapes(text):
+            if len(shp) == len(ref) and all(shp[i] == ref[i] for i in range(len(ref)) if i != d):
+                return shp[d]
+    return None
+
+
+def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None,
+                  all_steps: pd.DataFrame | None = None) -> CodeChange | None:
     """The compiled step with its input padded to BUCKET-multiples of the length that varies between the recompiles,
     or None (no recompiles, or not exactly one varying dimension of the first input). Each step's length is read
     from its ops' shapes (the first shape of the compiles' rank that matches them in every other dimension);
     shapes of that length, or of the batch dimensions times it (a flattened batch), are padded and the ops' sizes
-    recomputed from the padded shapes."""
+    recomputed from the padded shapes. `all_steps`: the whole trace when `trace_ops` are some of its steps (the
+    what-if's re-modeled ones): the padded compiles are counted over all of its steps."""
     if compiles is None or not len(compiles) or not bool(compiles["recompile"].any()) or not len(trace_ops):
         return None
     found = varying_dimension(compiles["shapes"].tolist())
@@ -504,26 +515,20 @@ def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None) -> Cod
     d, dims = found
     ref = dims[0]
     lead = int(np.prod(ref[:d])) if d else 1
+    every = all_steps if all_steps is not None else trace_ops
+    length_of = {k: _step_length(every.loc[idx, "input_shapes"], ref, d)
+                 for k, idx in every.groupby("step", sort=False).groups.items()}
+    lengths = [v for v in length_of.values() if v]
+    padded_keys = {ref[:d] + (-(-v // BUCKET) * BUCKET,) + ref[d + 1:] for v in lengths}
     out = trace_ops.copy()
     out["seq"] = out["seq"] * 2      # room for each step's pad op just before the step's first op
-    lengths: list[int] = []
-    padded_keys: set[tuple[int, ...]] = set()
     pads: list[dict] = []
-    for _, idx in out.groupby("step", sort=False).groups.items():
+    for k, idx in out.groupby("step", sort=False).groups.items():
         g = out.loc[idx]
-        length = None
-        for text in g["input_shapes"]:
-            for shp in _shapes(text):
-                if len(shp) == len(ref) and all(shp[i] == ref[i] for i in range(len(ref)) if i != d):
-                    length = shp[d]
-                    break
-            if length is not None:
-                break
+        length = length_of.get(k)
         if not length:
             continue
-        lengths.append(length)
         padded = -(-length // BUCKET) * BUCKET
-        padded_keys.add(ref[:d] + (padded,) + ref[d + 1:])
         # the padding line itself: one eager op on the device each step, before the compiled graph
         first = g.loc[g["seq"].idxmin()]
         dtype = (str(first.get("input_dtypes") or "float32").split(",") or ["float32"])[0] or "float32"
@@ -591,14 +596,16 @@ def data_dependent_ops(trace_ops: pd.DataFrame, kinds: np.ndarray | None = None)
 
 
 def code_changes(trace_ops: pd.DataFrame, *, cell: dict | None = None, run_id: Any = None,
-                 kinds: np.ndarray | None = None, compiles: pd.DataFrame | None = None) -> list[CodeChange]:
+                 kinds: np.ndarray | None = None, compiles: pd.DataFrame | None = None,
+                 all_steps: pd.DataFrame | None = None) -> list[CodeChange]:
     """Every change that applies to this trace, in a fixed order (the advisor ranks them with the other rows).
     `kinds`: each op's kind (`profiler.op_kinds`, row i of `trace_ops`); `compiles`: the trace's graph compiles
-    (a compile-mode trace: recompiles make the bucketing row)."""
+    (a compile-mode trace: recompiles make the bucketing row); `all_steps`: the whole trace when `trace_ops` are
+    some of its steps (`bucket_shapes` counts compiles over all of them)."""
     cell = cell if isinstance(cell, dict) else None
     text = _source_text(cell)
     out = [fused_optimizer(trace_ops, (cell or {}).get("optimizers"), cell, run_id), autocast_bf16(trace_ops, cell, run_id, kinds),
-           host_syncs(trace_ops, text, kinds), bucket_shapes(trace_ops, compiles)]
+           host_syncs(trace_ops, text, kinds), bucket_shapes(trace_ops, compiles, all_steps)]
     return [c for c in out if c is not None]
 
 

@@ -25,7 +25,7 @@ from neuron_studio.profiler.analysis import variant_cell as _vc
 
 __all__ = ["WhatIfError", "Variant", "rank_rows", "MIN_SPEEDUP", "KINDS", "synthetic_graphs", "ops_for_mode",
            "what_if_frame", "run_line", "kernel_savings",
-           "COLUMNS", "REMODEL_MAX_OPS", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
+           "COLUMNS", "REMODEL_MAX_OPS", "RemodelSteps", "remodel_steps", "MEASURED", "SCALED", "scaled_to", "EXACT", "APPROX_GROUPING", "APPROX_GRAPHS", "APPROX_DECOMPOSED", "APPROX_KERNEL", "PROFILE"]
 
 PROFILE = "the profile's own figures"
 EXACT = "re-modeled: same ops on this chip (exact under the model)"
@@ -57,13 +57,64 @@ _MODE_EFFORT = {"eager": 0, "adaptive": 1, "compile": 2}
 MIN_SPEEDUP = 1.05
 
 
-#: Above this many ops the summary does not re-model a run on its own (prof.what_if() still does, on request):
-#: re-modeling 9 variants costs about 1.8x the rest of the summary (benchmarks/bench_advisor.py, BENCHMARKS.md).
+#: The most ops the summary re-models (prof.what_if() re-models every step, on request): re-modeling 9 variants
+#: costs about 1.8x the rest of the summary (benchmarks/bench_advisor.py, BENCHMARKS.md). A run with more ops is
+#: re-modeled from its first whole steps within this many (`remodel_steps`), so how many steps were profiled does
+#: not decide whether the summary has a what-if.
 REMODEL_MAX_OPS = 50_000
 
 
 class WhatIfError(ValueError):
     """The advisor cannot re-model this profile (names what is missing and how to get it)."""
+
+
+@dataclass(frozen=True)
+class RemodelSteps:
+    """The profiled steps a what-if re-models: all of them (`steps` empty), or the first whole ones within an op
+    limit, whose re-modeled figures are then scaled to the profile's mean step (`note` says so)."""
+
+    steps: tuple[int, ...]   # the trace's step numbers re-modeled; () = every step
+    profiled: int            # steps profiled
+    ops: int                 # ops re-modeled
+    max_ops: int | None
+
+    @property
+    def every_step(self) -> bool:
+        return not self.steps
+
+    @property
+    def note(self) -> str | None:
+        """Which steps the rows come from, when not all (None when all were re-modeled)."""
+        if self.every_step:
+            return None
+        k = len(self.steps)
+        numbers = f"step {self.steps[0]}" if k == 1 else f"steps {self.steps[0]}–{self.steps[-1]}"
+        return (f"re-modeled rows come from the first {k} of the {self.profiled} profiled steps (trace {numbers}: "
+                f"{self.ops:,} ops; the summary re-models at most {self.max_ops:,}), scaled by this profile's mean "
+                f"step over those steps' own; prof.what_if() re-models all {self.profiled}")
+
+
+def remodel_steps(step: np.ndarray, profiled: int, max_ops: int | None) -> RemodelSteps:
+    """The steps to re-model within `max_ops` ops (None: no limit): every step when they fit, else the first whole
+    steps that do (the what-if is per step). Raises WhatIfError, naming why, when not even one step fits or the
+    trace's ops are not marked with its `profiled` steps (so no step can be taken apart)."""
+    step = np.asarray(step)
+    n = len(step)
+    if max_ops is None or n <= max_ops:
+        return RemodelSteps((), profiled, n, max_ops)
+    values, counts = np.unique(step, return_counts=True)
+    if len(values) != profiled:
+        raise WhatIfError(
+            f"not computed inline: the trace's {n:,} ops are more than the {max_ops:,} the summary re-models, and "
+            f"they are marked with {len(values)} step number(s) for its {profiled} profiled step(s), so no whole "
+            f"step can be re-modeled apart; call prof.what_if() to re-model them all")
+    if counts[0] > max_ops:
+        raise WhatIfError(
+            f"not computed inline: one profiled step (step {int(values[0])}) is {int(counts[0]):,} ops, more than "
+            f"the {max_ops:,} the summary re-models (nine variants of it would slow the output); call "
+            f"prof.what_if()")
+    k = int(np.searchsorted(np.cumsum(counts), max_ops, side="right"))
+    return RemodelSteps(tuple(int(v) for v in values[:k]), profiled, int(counts[:k].sum()), max_ops)
 
 
 @dataclass(frozen=True)
