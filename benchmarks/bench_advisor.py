@@ -2,8 +2,9 @@
 
 Builds a synthetic trace of N ops (the model benchmark's columns: 4 cores, syncs, fallbacks, compiled graphs)
 over 10 steps, makes a Profile, and times, best of `--repeat`: `Profile.step_breakdown()` (which re-models the
-run in the other modes of its chip when launch overhead is large), `Profile.what_if()` (3 modes x 3 chips) and
-the rest of `to_summary()`. Prints one table with the ratio of each to the rest of the summary.
+run in the other modes of its chip when launch overhead is large), `Profile.what_if()` (3 modes x 3 chips), the
+summary's what-if (`what_if(max_ops=REMODEL_MAX_OPS)`: the first whole steps within the limit) and the rest of
+`to_summary()`. Prints one table with the ratio of each to the rest of the summary.
 
     python benchmarks/bench_advisor.py [--ops 100000] [--repeat 3]
 """
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_model import synthetic  # noqa: E402
 
 from neuron_studio.profiler import breakdown_summary  # noqa: E402
+from neuron_studio.profiler.analysis.what_if import REMODEL_MAX_OPS  # noqa: E402
 from neuron_studio.profiler.profile import Profile  # noqa: E402
 from neuron_studio.profiler.trace import OPS_COLUMNS, Trace  # noqa: E402
 
@@ -74,11 +76,15 @@ def main() -> None:
     t_rest = best_of(rest, args.repeat)
     t_bd = best_of(lambda: next(it).step_breakdown(), args.repeat)
     t_wi = best_of(lambda: fresh().what_if(), args.repeat)
+    t_inline = best_of(lambda: fresh().what_if(max_ops=REMODEL_MAX_OPS), args.repeat)
+    kept = fresh().what_if(max_ops=REMODEL_MAX_OPS).attrs["remodeled_steps"]
     print(f"{args.ops:,} ops, {STEPS} steps, trn2, adaptive; best of {args.repeat}")
     print(f"| part | s | vs rest of summary |\n|---|---|---|")
     print(f"| rest of `to_summary()` | {t_rest:.2f} | 1.00x |")
     print(f"| `step_breakdown()` | {t_bd:.2f} | {t_bd / t_rest:.2f}x |")
     print(f"| `what_if()` (9 variants) | {t_wi:.2f} | {t_wi / t_rest:.2f}x |")
+    steps = f"steps {kept[0]}-{kept[-1]} of {STEPS}" if kept else f"all {STEPS} steps"
+    print(f"| summary's what-if, {REMODEL_MAX_OPS:,}-op limit ({steps}) | {t_inline:.2f} | {t_inline / t_rest:.2f}x |")
 
 
 if __name__ == "__main__":

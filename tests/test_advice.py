@@ -491,6 +491,12 @@ def test_bucketing_is_a_ranked_what_if_row_that_predicts_running_it_padded() -> 
     assert row["variant"] == "pad to buckets of 32 (6 → 3 compiles)" and row["kind"] == "code"
     assert row["run"] == "x = F.pad(x, (0, 0, 0, -x.shape[1] % 32))" and row["rank"] == 1
     assert prof.to_summary()["what_if"]["best"] == row["variant"]
+    # re-modeled from the first two steps only (a run above the summary's op limit), the row still counts the padded
+    # compiles over every profiled step: the count is the run's, not the re-modeled steps'
+    per_step = prof.trace.ops["step"].value_counts().sort_index()
+    part = prof.what_if(chips=["trn2"], max_ops=int(per_step.iloc[:2].sum()))
+    assert part.attrs["remodeled_steps"] == tuple(int(k) for k in per_step.index[:2])
+    assert row["variant"] in set(part["variant"])
     padded = run(True)
     assert len(padded.trace.compiles) == row["compiles"]
     # padding costs step time: the re-modeled step is the padded run's, not the unpadded one's

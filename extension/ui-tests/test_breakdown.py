@@ -22,10 +22,12 @@ CELL = "%%neuron --steps 3 --name bd\nloss = model(x).pow(2).mean(); loss.backwa
 
 
 def _payload() -> dict:
-    """An eager run of a small MLP (launch-bound: the breakdown recommends adaptive eager or compile)."""
+    """An eager run of a small MLP (launch-bound: the breakdown recommends adaptive eager or compile), its what-if
+    re-modeled from its first two steps (the summary's op limit set to theirs, as for a run of 50,000+ ops)."""
     import torch
 
     import neuron_studio  # noqa: F401 - registers the neuron device
+    from neuron_studio.profiler.analysis import what_if
     from neuron_studio.profiler.capture import profile
 
     torch.manual_seed(0)
@@ -37,7 +39,15 @@ def _payload() -> dict:
         loss.backward()
         loss.item()
 
-    return json.loads(json.dumps(profile(step, steps=3, warmup=1, mode="eager", chip="trn2").to_summary()))
+    prof = profile(step, steps=3, warmup=1, mode="eager", chip="trn2")
+    limit = what_if.REMODEL_MAX_OPS
+    what_if.REMODEL_MAX_OPS = int(prof.trace.ops["step"].value_counts().sort_index().iloc[:2].sum())
+    try:
+        payload = json.loads(json.dumps(prof.to_summary()))
+    finally:
+        what_if.REMODEL_MAX_OPS = limit
+    assert payload["what_if"]["scope_note"] and len(payload["what_if"]["remodeled_steps"]) == 2
+    return payload
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +103,8 @@ def _check_recommendation_and_advisor(view, payload: dict) -> None:  # noqa: ANN
     assert marked.first.is_visible()
     # the What if tab: the row for this profile's mode and chip is the profile's step time
     view.locator(".ns-TabBar .ns-Tab", has_text="What if").click()
+    # which profiled steps the rows were re-modeled from, above them
+    assert view.locator(".ns-WhatIf .ns-WhatIfScope").inner_text() == payload["what_if"]["scope_note"]
     cur = view.locator(".ns-WhatIfTable tbody tr[data-current='true']")
     assert cur.count() == 1
     cells = cur.locator("td")
