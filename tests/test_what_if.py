@@ -251,6 +251,15 @@ def test_summary_re_models_the_first_whole_steps_within_the_op_limit(monkeypatch
         assert r["mfu"] == pytest.approx(e["mfu"], rel=1e-9) and r["rank"] == (None if pd.isna(e["rank"]) else e["rank"])
 
 
+def test_under_the_op_limit_the_summarys_what_if_re_models_every_step_unscaled():
+    """A run within the limit takes the every-step path: the same frame, to the bit, as `prof.what_if()`."""
+    prof = _mlp()
+    assert len(prof.trace.ops) <= wi.REMODEL_MAX_OPS
+    inline = prof.what_if(max_ops=wi.REMODEL_MAX_OPS)
+    assert inline.attrs["remodeled_steps"] == () and inline.attrs["scope_note"] is None
+    pd.testing.assert_frame_equal(inline, prof.what_if(), check_exact=True)
+
+
 def test_summary_names_a_step_too_large_to_re_model_inline(monkeypatch):
     from neuron_studio.profiler import breakdown_summary
 
