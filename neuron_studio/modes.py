@@ -1,10 +1,11 @@
 """Execution modes (eager, adaptive-eager, compile) and the `torch.compile` backend named "neuron".
 
 On the emulator the backend follows TorchNeuron's rules: static shapes only (a symbolic dimension is an
-error), `mode="default"` only (others warn and fall back), every new input shape a recompile that is
-logged. Compiled forward/backward graphs run their aten ops on the device, which records each as an
-OpEvent tagged with the graph launch, so the model charges one launch per graph execution. On real
-hardware the backend defers to TorchNeuron's own.
+error), `mode="default"` only (others warn and fall back), every new input shape a recompile. Each compile is
+logged with its cause (Dynamo's guard failure, in words: `profiler/recompile_causes.py`), here and on real
+hardware, where the backend defers to TorchNeuron's own. Compiled forward/backward graphs run their aten ops on
+the device, which records each as an OpEvent tagged with the graph launch, so the model charges one launch per
+graph execution.
 """
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def mode_settings(mode: str) -> ModeSettings:
             "adaptive": ("executes eagerly on CPU; the model groups fusible ops between sync points "
                          "(TorchNeuron's adaptive eager / op concatenation)",),
             "compile": ("torch.compile(backend='neuron', dynamic=False); one launch per compiled graph, "
-                        "each new input shape is a recompile",),
+                        "each new input shape is a recompile (so is any other failed Dynamo guard: its cause is "
+                        "logged)",),
         }[mode]
         return ModeSettings(mode, backend, switches, notes)
     from neuron_studio.device.real import eager_switches
@@ -86,17 +88,63 @@ def _shape_of(x: Any) -> str:
     return type(x).__name__
 
 
-def _compile_id() -> tuple[str, bool]:
+def _current_compile_id() -> Any:
+    """Dynamo's id of the compile in progress (a `torch._guards.CompileId`, "0/1" = frame 0's second compile), or
+    None when the backend is called outside Dynamo."""
     try:
         from torch._guards import CompileContext
 
-        cid = CompileContext.current_compile_id()
-    except Exception:  # noqa: BLE001 - an unknown id only loses the recompile flag
-        return "graph", False
-    if cid is None:
-        return "graph", False
-    frame_compile = getattr(cid, "frame_compile_id", 0) or 0
-    return f"frame{getattr(cid, 'frame_id', 0)}", frame_compile > 0
+        return CompileContext.current_compile_id()
+    except Exception:  # noqa: BLE001 - an unknown id: the compile is logged as a first compile of "graph"
+        return None
+
+
+def _frame_prefix(cid: Any) -> str:
+    """The part of a compile id that names its frame: "0/" of "0/3" ("!1/0/" under compiled autograd)."""
+    return str(cid).rsplit("/", 1)[0] + "/"
+
+
+def _dynamo_recompile_reasons(cid: Any) -> list[str]:
+    """Dynamo's guard failures that made this compile a recompile, one per earlier compile of the frame, most
+    recent first, as `TORCH_LOGS=recompiles` prints them ("0/1: tensor 'x' size mismatch at index 0. ...").
+
+    Dynamo computes them just before it compiles again (`convert_frame._compile` ->
+    `guards.get_and_maybe_log_recompilation_reasons`) and appends each to `torch._dynamo.utils.guard_failures`
+    (its per-code record of guard failures, cleared by `torch._dynamo.reset()`); this compile's are the latest run
+    of entries naming earlier compiles of the same frame, one per compile id. [] when none are recorded."""
+    try:
+        from torch._dynamo.utils import guard_failures
+    except ImportError:
+        return []
+    prefix = _frame_prefix(cid)
+    for reasons in list(guard_failures.values()):
+        mine = [r for r in reasons if isinstance(r, str) and r.startswith(prefix)]
+        if not mine:
+            continue
+        batch: list[str] = []
+        seen: set[str] = set()
+        for r in reversed(mine):            # Dynamo appends one per cache entry, most recent entry first
+            rid = r.split(":", 1)[0]
+            if rid in seen:
+                break
+            seen.add(rid)
+            batch.append(r)
+        return batch[::-1]
+    return []
+
+
+def _earlier_compiles(log: list[dict[str, Any]], cid: Any) -> dict[str, str]:
+    """{compile id: input shapes} of the earlier compiles of `cid`'s frame in the registry's compile log, since
+    the frame's last first compile (`torch._dynamo.reset()` starts frame ids again)."""
+    prefix = _frame_prefix(cid)
+    out: dict[str, str] = {}
+    for e in log:
+        c = str(e.get("compile_id") or "")
+        if c.startswith(prefix) and c.count("/") == prefix.count("/"):
+            if not e.get("recompile"):
+                out = {}
+            out[c] = str(e.get("shapes", ""))
+    return out
 
 
 def _writes_graph_input(n: torch.fx.Node) -> bool:
@@ -223,13 +271,40 @@ def _graph_runner(kind: str, compiled: int) -> Callable[[torch.fx.GraphModule, l
     return compiler
 
 
+def _log_compile(reg: Any, cid: Any, shapes: str, failures: list[str], compile_ns: int) -> None:
+    """One row of the registry's compile log: the graph, its input shapes, and why it compiled (the one
+    classification, `profiler.recompile_causes`, computed here, once, while Dynamo's reasons are at hand)."""
+    from neuron_studio.profiler.recompile_causes import classify_recompile, first_compile
+
+    recompile = cid is not None and (getattr(cid, "frame_compile_id", 0) or 0) > 0
+    cause = (classify_recompile(failures, shapes, _earlier_compiles(reg.compile_log, cid)) if recompile
+             else first_compile())
+    reg.compile_log.append({
+        "graph_key": f"frame{getattr(cid, 'frame_id', 0)}" if cid is not None else "graph",
+        "shapes": shapes,
+        "reason": cause.reason,
+        "compile_ns": int(compile_ns),
+        "recompile": bool(recompile),
+        "cause": cause.cause,
+        "detail": cause.detail,
+        "compile_id": str(cid) if cid is not None else "",
+    })
+
+
 def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], **kwargs: Any) -> Callable:
-    """`torch.compile(model, backend="neuron")`."""
+    """`torch.compile(model, backend="neuron")`. Each compile is logged with its cause (`_log_compile`), on the
+    emulator and on real TorchNeuron alike."""
     reg = _device.registry()
+    cid = _current_compile_id()
+    shapes = ", ".join(_shape_of(x) for x in example_inputs if isinstance(x, torch.Tensor))
+    failures = _dynamo_recompile_reasons(cid) if cid is not None and getattr(cid, "frame_compile_id", 0) else []
+    t0 = time.perf_counter_ns()
     if reg.backend == "real":
         from torch_neuronx.neuron_dynamo_backend.backend import neuron_backend
 
-        return neuron_backend(gm, example_inputs, **kwargs)
+        compiled = neuron_backend(gm, example_inputs, **kwargs)
+        _log_compile(reg, cid, shapes, failures, time.perf_counter_ns() - t0)
+        return compiled
     mode = kwargs.pop("mode", None)
     if mode not in (None, "default"):
         warnings.warn(
@@ -237,9 +312,6 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
             stacklevel=2,
         )
     _check_static(example_inputs)
-    key, recompile = _compile_id()
-    shapes = ", ".join(_shape_of(x) for x in example_inputs if isinstance(x, torch.Tensor))
-    t0 = time.perf_counter_ns()
     from torch._dynamo.backends.common import aot_autograd
 
     # As TorchNeuron's backend (torch_neuronx/neuron_dynamo_backend/backend.py @98154b86: "Prevent Copy-back"):
@@ -255,14 +327,7 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
         compiled = aot_autograd(fw_compiler=_graph_runner("forward", compile_id),
                                 bw_compiler=_graph_runner("backward", compile_id),
                                 keep_inference_input_mutations=True)(gm, example_inputs)
-    reg.compile_log.append({
-        "graph_key": key,
-        "shapes": shapes,
-        "reason": (f"new input shapes ({shapes}); static shapes: every new shape compiles a new graph"
-                   if recompile else "first compile"),
-        "compile_ns": time.perf_counter_ns() - t0,
-        "recompile": bool(recompile),
-    })
+    _log_compile(reg, cid, shapes, failures, time.perf_counter_ns() - t0)
     return compiled
 
 

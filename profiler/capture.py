@@ -29,7 +29,7 @@ from neuron_studio.device.events import FLAG_BACKWARD, OpBatch
 from neuron_studio.profiler.kineto_log import without_kineto_markers
 from neuron_studio.profiler.memory_capture import MemoryRecorder, memory_frame
 from neuron_studio.profiler.module_tracker import ModuleTracker
-from neuron_studio.profiler.trace import HOST_COLUMNS, Trace, ops_frame
+from neuron_studio.profiler.trace import COMPILE_COLUMNS, HOST_COLUMNS, Trace, ops_frame
 from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["Capture", "profile", "sync_for_timing", "MODES"]
@@ -209,8 +209,7 @@ class Capture:
         t0 = self._t_perf0
         ops["start_ns"] = ops["start_ns"] - t0
         ops["end_ns"] = ops["end_ns"] - t0
-        compiles = pd.DataFrame(self.registry.compile_log[self._compile_start:], columns=[
-            "graph_key", "shapes", "reason", "compile_ns", "recompile"])
+        compiles = pd.DataFrame(self.registry.compile_log[self._compile_start:], columns=list(COMPILE_COLUMNS))
         active_steps = max(1, self._step - self.warmup) if self._step else 1
         meta = {
             "format": "neuron-studio-trace",

@@ -4,7 +4,8 @@
   with the model's derived sizes (in_bytes, out_bytes, elems, itemsize, dtype_class) so that it can be
   re-modeled without shapes, plus where it came from (module path, phase, user source line).
 - `host`: host-side events from torch.profiler (or an imported Chrome trace): name, thread, times, shapes.
-- `compiles`: one row per compile of a graph (compile mode), with the input shapes that triggered it.
+- `compiles`: one row per compile of a graph (compile mode), with its input shapes and why it compiled: `cause` (a
+  `profiler.recompile_causes.CAUSES` key), `reason` (in words) and `detail` (Dynamo's guard failures as it gave them).
 - `memory`: device memory (emulator): the storages live when the profiled steps begin, then every
   allocation and free in allocator order, each with its size, op, module, source line and category
   (profiler/memory_capture.py). Empty when nothing was recorded (real hardware, imported traces).
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.device.events import FLAG_BACKWARD, FLAG_DETERMINISTIC, OpBatch
+from neuron_studio.profiler.recompile_causes import fill_causes
 
 __all__ = ["Trace", "TraceFormatError", "OPS_COLUMNS", "HOST_COLUMNS", "COMPILE_COLUMNS", "MEMORY_COLUMNS",
            "ops_frame"]
@@ -43,6 +45,7 @@ HOST_COLUMNS: dict[str, str] = {
 }
 COMPILE_COLUMNS: dict[str, str] = {
     "graph_key": "object", "shapes": "object", "reason": "object", "compile_ns": "int64", "recompile": "bool",
+    "cause": "object", "detail": "object",
 }
 MEMORY_COLUMNS: dict[str, str] = {
     "kind": "int8", "alloc_id": "int64", "device": "int32", "nbytes": "int64", "time_ns": "int64", "seq": "int64",
@@ -101,6 +104,8 @@ class Trace:
         self.ops = _conform(self.ops, OPS_COLUMNS, "ops")
         self.memory = _conform(self.memory, MEMORY_COLUMNS, "memory")
         self.host = _conform(self.host, HOST_COLUMNS, "host")
+        if self.compiles is not None and {"graph_key", "shapes", "recompile"} <= set(self.compiles.columns):
+            self.compiles = fill_causes(self.compiles)   # recorded before causes were kept
         self.compiles = _conform(self.compiles, COMPILE_COLUMNS, "compiles")
         if (self.ops["end_ns"] < self.ops["start_ns"]).any():
             raise TraceFormatError("table 'ops' has rows that end before they start")
