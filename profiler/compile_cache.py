@@ -11,14 +11,18 @@ behind Python's `time.monotonic_ns()`: compile start = stamp - duration, matched
 `FrameworkLog` saw running then. Metrics are off unless `TORCH_NEURONX_METRICS_ENABLED` is set; the watch turns them
 on for the cell (`metrics.set_enabled`) and restores the previous state after.
 
-A compile in a later iteration of the cell by an (op, module, line) that already ran in an earlier iteration is a
-"new shape" (the first iteration's compiles are first calls).
+A compile inside one of Dynamo's compiles (compile mode) takes that compile's cause from the studio's `neuron`
+backend log (`Trace.compiles`, classified once by `profiler/recompile_causes.py`): "new shape" only when new input
+shapes caused it. Otherwise a compile in a later iteration of the cell by an (op, module, line) that already ran in
+an earlier iteration is a "new shape" when the op's input shapes differ from that earlier iteration's, and a
+recompile with unchanged shapes when they do not (the first iteration's compiles are first calls).
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from neuron_studio.profiler.recompile_causes import SHAPES, UNKNOWN
 from neuron_studio.profiler.vocabulary import source_label
 
 __all__ = ["CompileCache", "CompileCacheWatch", "COUNTERS", "TIME_METRIC", "SIZE_METRIC", "compile_line"]
@@ -80,9 +84,14 @@ def compile_line(cc: CompileCache) -> str:
     n = max(cc.compilations, len(cc.graphs))
     out = f"this cell compiled {n} NEFF{'s' if n != 1 else ''}: {_fmt_s(cc.compile_time_ns)}"
     new = list(dict.fromkeys(_where(g["source"]) for g in cc.graphs if g.get("new_shape")))
+    again = list(dict.fromkeys(f"{_where(g['source'])} ({g.get('reason') or 'unchanged shapes'})" for g in cc.graphs
+                               if g.get("recompile") and not g.get("new_shape")))
     if new:
         out += "; new shape at " + ", ".join(new[:3]) + (f" (+{len(new) - 3} more)" if len(new) > 3 else "")
-    elif cc.graphs:
+    if again:
+        out += ("; recompiled with unchanged input shapes at " + ", ".join(again[:3])
+                + (f" (+{len(again) - 3} more)" if len(again) > 3 else ""))
+    if not new and not again and cc.graphs:
         by: dict[str, int] = {}
         for g in cc.graphs:
             by[_where(g["source"])] = by.get(_where(g["source"]), 0) + int(g["time_ns"])
@@ -92,6 +101,12 @@ def compile_line(cc: CompileCache) -> str:
     if inside:
         out += f"; {inside} inside the profiled steps (their time is in the measured step)"
     return out
+
+
+def _dynamo_compile_id(shapes: Any) -> str:
+    """The Dynamo compile id the op log gives a compile-mode record ("compile id 0/1" -> "0/1")."""
+    s = str(shapes or "")
+    return s[len("compile id "):].strip("[] ") if s.startswith("compile id ") else ""
 
 
 class CompileCacheWatch:
@@ -137,8 +152,10 @@ class CompileCacheWatch:
         if self._was_enabled is False:
             self.metrics.set_enabled(False)
 
-    def result(self, log: Any = None) -> CompileCache:
-        """The cell's figures; with the studio's `FrameworkLog`, each compile attributed to its op and line."""
+    def result(self, log: Any = None, compiles: Any = None) -> CompileCache:
+        """The cell's figures; with the studio's `FrameworkLog`, each compile attributed to its op and line.
+        `compiles`: the `neuron` backend's compile log of the cell (`Trace.compiles`), whose causes a compile inside
+        a Dynamo compile takes."""
         d = {k: self._after.get(k, 0) - self._before.get(k, 0) for k in COUNTERS}
         times, sizes = self._samples.get(TIME_METRIC, []), self._samples.get(SIZE_METRIC, [])
         cc = CompileCache(**d, compile_time_ns=int(sum(float(s["value"]) for s in times)),
@@ -147,23 +164,36 @@ class CompileCacheWatch:
             cc.notes.append(f"TorchNeuron counted {d['compilations']} compilations but kept {len(times)} timed "
                             "samples for them: per-compile rows cover only those")
         ops = log.ops if log is not None else None
-        first_iter: dict[tuple, int] = {}
+        first_iter: dict[tuple, tuple[int, Any]] = {}
         if ops is not None:
             for j in range(len(ops)):
                 if ops.step[j] is not None:
-                    first_iter.setdefault((ops.name[j], ops.module[j], ops.source[j]), ops.step[j])
+                    first_iter.setdefault((ops.name[j], ops.module[j], ops.source[j]), (ops.step[j], ops.shapes[j]))
+        dynamo = {}
+        if compiles is not None and len(compiles) and "compile_id" in compiles:
+            dynamo = {str(r.compile_id): r for r in compiles.itertuples(index=False) if r.compile_id}
         for k, s in enumerate(times):
             start = int(s["timestamp_ns"]) - int(float(s["value"]))
             i = log.at_time(start) if log is not None else -1
             g = {"time_ns": int(float(s["value"])), "neff_bytes": int(float(sizes[k]["value"])) if k < len(sizes)
                  else None, "op": None, "module": None, "source": None, "shapes": None, "step": None,
-                 "new_shape": False}
+                 "new_shape": False, "recompile": False, "cause": None, "reason": None}
             if i >= 0:
                 it = ops.step[i]
                 g.update(op=ops.name[i], module=ops.module[i] or None, source=ops.source[i], shapes=ops.shapes[i],
                          step=it)
-                first = first_iter.get((ops.name[i], ops.module[i], ops.source[i]))
-                g["new_shape"] = it is not None and first is not None and it > first
+                rec = dynamo.get(_dynamo_compile_id(ops.shapes[i])) if ops.phase[i] == "compile" else None
+                if rec is not None:       # inside a Dynamo compile: its one classification
+                    g.update(new_shape=rec.cause == SHAPES, recompile=bool(rec.recompile), cause=rec.cause,
+                             reason=rec.reason)
+                else:
+                    first = first_iter.get((ops.name[i], ops.module[i], ops.source[i]))
+                    again = it is not None and first is not None and it > first[0]
+                    new_shape = again and ops.shapes[i] != first[1]
+                    g.update(new_shape=new_shape, recompile=again, cause=SHAPES if new_shape else UNKNOWN if again
+                             else None, reason=None if not again else "new input shapes" if new_shape else
+                             "unchanged input shapes: a new dtype or argument value, or an evicted NEFF "
+                             "(TorchNeuron's metrics do not say which)")
             cc.graphs.append(g)
         if times and log is None:
             cc.notes.append("compiles not attributed to ops: no op log of the cell")

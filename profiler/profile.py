@@ -33,6 +33,7 @@ from neuron_studio.profiler.analysis.frame import joined_ops
 from neuron_studio.profiler.display import display_layer
 from neuron_studio.profiler.kineto import is_collective_name
 from neuron_studio.profiler.display import registered as display_registered
+from neuron_studio.profiler.recompile_causes import SHAPES
 from neuron_studio.profiler.trace import Trace
 from neuron_studio.profiler.vocabulary import module_label, source_label
 
@@ -385,10 +386,14 @@ class Profile:
         rc = self.recompiles()
         if self.trace.mode == "compile" and len(rc):
             per = getattr(self.device_run.config, "compile_time_per_graph_ns", None)
-            rec = _bd.recompile_recommendation(rc["shapes"].astype(str).tolist(), per, lead,
-                                               self.trace.compiles["shapes"].astype(str).tolist())
+            by_shape = rc["cause"] == SHAPES
+            rec = _bd.recompile_recommendation(rc.loc[by_shape, "shapes"].astype(str).tolist(), per, lead,
+                                               _blockers.shape_compiles(self.trace.compiles)["shapes"].astype(str).tolist())
             if rec is not None:
                 recs = [rec] + recs if lead is not None else recs + [rec]
+            other = _bd.guard_recompile_recommendation(rc.loc[~by_shape, "cause"].tolist(), per)
+            if other is not None:
+                recs = recs + [other]
         return dataclasses.replace(bd, recommendations=recs, notes=list(bd.notes) + self._outside_graph_notes())
 
     def _outside_graph_notes(self) -> list[str]:
@@ -549,7 +554,7 @@ class Profile:
     def _recompiling_compiles(self) -> int | None:
         """The graph compiles of a compile-mode profile that recompiled (the what-if's `compiles`), else None."""
         c = self.trace.compiles
-        if self.trace.mode != "compile" or not len(c) or not bool(c["recompile"].any()):
+        if self.trace.mode != "compile" or not len(_blockers.shape_recompiles(c)):
             return None
         return int(len(c))
 
@@ -558,14 +563,14 @@ class Profile:
         from neuron_studio.profiler.analysis.code_changes import data_dependent_ops
 
         dd = data_dependent_ops(self.trace.ops, self._op_kinds())
-        rc = int(self.trace.compiles["recompile"].sum()) if len(self.trace.compiles) else 0
+        rc = len(_blockers.shape_recompiles(self.trace.compiles))   # other recompiles say nothing of shapes
         if not dd and not rc:
             return None
         said = []
         if dd:
             said.append(f"data-dependent output shapes ({', '.join(dd[:4])})")
         if rc:
-            said.append(f"{rc} recompile{'s' if rc != 1 else ''}")
+            said.append(f"{rc} recompile{'s' if rc != 1 else ''} for new input shapes")
         return ("shapes are not static: " + " and ".join(said) + "; compile would break or recompile there "
                 "(pad inputs to a few bucket shapes, replace boolean masking/nonzero with torch.where first)")
 

@@ -166,7 +166,10 @@ def profile_summary(prof: Any, *, run_id: int | None = None, name: str | None = 
                        "time_ns": finite_float(r.device_ns / steps)}
                       for r in fb.itertuples(index=False)],
         "sync_places": sync_places_block(sync),
-        "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "reason": str(r.reason)}
+        # why each graph compiled again (profiler/recompile_causes.py: `cause` a CAUSES key, `reason` in words,
+        # `detail` Dynamo's guard failures as it gave them)
+        "recompiles": [{"graph": str(r.graph_key), "shape": str(r.shapes), "cause": str(r.cause),
+                        "reason": str(r.reason), "detail": str(r.detail or "")}
                        for r in rc.itertuples(index=False)],
         "cost": {"chip": cost.chip, "per_step_usd": finite_float(cost.per_step_usd) if sized else None,
                  "per_1000_steps_usd": finite_float(cost.per_1000_steps_usd) if sized else None,

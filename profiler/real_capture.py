@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.timebase import rebase_ns, us_to_ns
-from neuron_studio.profiler.trace import HOST_COLUMNS
+from neuron_studio.profiler.trace import COMPILE_COLUMNS, HOST_COLUMNS
 
 __all__ = [
     "MIN_WARMUP", "HbmReservationWarning", "WarmupWarning", "ExplorerNotFoundError", "ExplorerError",
@@ -302,6 +302,7 @@ class RealRun:
     framework_log: Any = None                        # FrameworkLog.ops of the cell
     mapping: Any = None                              # neuron_profile.executions.FrameworkMapping, or None
     compile_cache: Any = None                        # compile_cache.CompileCache, or None
+    compiles: pd.DataFrame | None = None             # Trace.compiles: the neuron backend's graph compiles, with causes
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -322,7 +323,7 @@ class RealRun:
 
         prof = load_neuron_profile(self.parquet_dir, chip=chip, mode=self.mode, steps=self.steps, name=self.name,
                                    tracking=self.tracking, extra_meta=self.meta(), mapping=self.mapping,
-                                   framework_log=self.framework_log)
+                                   framework_log=self.framework_log, compiles=self.compiles)
         if self.host is not None and len(self.host):
             tr = prof.trace
             tr.meta["figures"]["host_time"] = "measured"
@@ -497,6 +498,7 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
     """
     import torch
 
+    from neuron_studio import device as _device
     from neuron_studio.device import real as _real
     from neuron_studio.profiler.compile_cache import CompileCacheWatch
     from neuron_studio.profiler.framework_log import FrameworkLog
@@ -535,6 +537,8 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
     t_wall0 = time.time_ns()
     t0 = time.perf_counter_ns()
     log = FrameworkLog(compile_mode=mode == "compile")
+    compile_log = _device.registry().compile_log   # the neuron backend logs each graph compile with its cause here
+    compile_start = len(compile_log)
     prof = _Profiler(api, opts, out_dir)
     with env, tracker, log, (watch if watch is not None else contextlib.nullcontext()):
         for w in range(warmup):
@@ -561,11 +565,13 @@ def capture_real(fn: Callable[[], Any], *, steps: int = 1, warmup: int = MIN_WAR
         memory = measured_memory(torch, mem_start)
         host = prof.host(t_wall0)
     wall = time.perf_counter_ns() - t0
+    compiles = pd.DataFrame(compile_log[compile_start:], columns=list(COMPILE_COLUMNS))
     run = RealRun(run_dir=None, parquet_dir=None, tracking=tracker.result,
                   switches=_real.eager_switches(chip=chip),
                   dynamo_metrics=_real.dynamo_metrics() if mode == "compile" else {}, mode=mode, steps=steps,
                   warmup=warmup, host=host, wall_ns=int(wall), name=name, memory=memory, api=api, rank=rank,
-                  framework_log=log.ops, compile_cache=watch.result(log) if watch is not None else None)
+                  framework_log=log.ops, compiles=compiles,
+                  compile_cache=watch.result(log, compiles) if watch is not None else None)
     run.notes += env.notes + prof.notes + cache_notes
     if watch is None:
         run.notes.append("compile-cache figures not captured: this torch_neuronx has no metrics module")

@@ -125,6 +125,8 @@ def _guard_cause(guard: str) -> tuple[str, str]:
     t = _TENSOR.match(guard)
     if t:
         name, what, rest = t.group("name"), t.group("what").strip(), t.group("rest")
+        # Dynamo's own names (a value a graph break left on the stack, "___stack1") are not the user's
+        name = f"input {name}" if name.startswith("___") else name
         at = _INDEX.search(rest)
         if what == "size":
             dim = f" dimension {at.group('i')} was {at.group('exp')}, now {at.group('act')}" if at else ""
@@ -198,7 +200,7 @@ def classify_recompile(failures: Sequence[str], shapes: str, earlier: Mapping[st
     before = list(earlier.values())
     last = before[-1] if before else None
     new_shape = bool(before) and shapes not in before
-    if new_shape or (not parsed and last is not None and shapes != last):
+    if new_shape:
         size = next((_guard_cause(p.guard)[1] for p in parsed if _guard_cause(p.guard)[0] == SHAPES), "")
         said = f"; {size}" if size else ""
         return RecompileCause(SHAPES, f"new input shapes ({shapes}; compiled before for {last}){said}",
@@ -228,9 +230,13 @@ def fill_causes(compiles: pd.DataFrame) -> pd.DataFrame:
     """A compiles table recorded before causes were stored: classified from its shapes alone (a recompile whose
     shapes no earlier compile of its graph had is "shapes"; one with shapes seen before is "unknown": Dynamo's
     reason was not kept). Tables that have the columns are returned as they are."""
-    if "cause" in compiles.columns and "detail" in compiles.columns:
+    if {"cause", "detail", "compile_id"} <= set(compiles.columns):
         return compiles
     out = compiles.copy()
+    if "compile_id" not in out.columns:
+        out["compile_id"] = pd.Series([""] * len(out), index=out.index, dtype=object)
+    if "cause" in out.columns and "detail" in out.columns:
+        return out
     causes, reasons = [], []
     seen: dict[object, list[str]] = {}
     for key, shapes, recompile in zip(out["graph_key"], out["shapes"].astype(str), out["recompile"]):

@@ -5,7 +5,8 @@
   re-modeled without shapes, plus where it came from (module path, phase, user source line).
 - `host`: host-side events from torch.profiler (or an imported Chrome trace): name, thread, times, shapes.
 - `compiles`: one row per compile of a graph (compile mode), with its input shapes and why it compiled: `cause` (a
-  `profiler.recompile_causes.CAUSES` key), `reason` (in words) and `detail` (Dynamo's guard failures as it gave them).
+  `profiler.recompile_causes.CAUSES` key), `reason` (in words), `detail` (Dynamo's guard failures as it gave them)
+  and Dynamo's `compile_id` ("0/1", as TORCH_LOGS prints it).
 - `memory`: device memory (emulator): the storages live when the profiled steps begin, then every
   allocation and free in allocator order, each with its size, op, module, source line and category
   (profiler/memory_capture.py). Empty when nothing was recorded (real hardware, imported traces).
@@ -45,7 +46,7 @@ HOST_COLUMNS: dict[str, str] = {
 }
 COMPILE_COLUMNS: dict[str, str] = {
     "graph_key": "object", "shapes": "object", "reason": "object", "compile_ns": "int64", "recompile": "bool",
-    "cause": "object", "detail": "object",
+    "cause": "object", "detail": "object", "compile_id": "object",
 }
 MEMORY_COLUMNS: dict[str, str] = {
     "kind": "int8", "alloc_id": "int64", "device": "int32", "nbytes": "int64", "time_ns": "int64", "seq": "int64",

@@ -11,6 +11,7 @@ import {
   IKernelRef,
   INeuronStatusModel,
   IOpRow,
+  IRecompile,
   IRegionSplit,
   IProfilePayload,
   ISyncPlace,
@@ -578,11 +579,29 @@ function fallbacksSection(p: IProfilePayload, actions: IProfileViewActions): HTM
       el('h4', { text: 'Recompiles' }),
       table(
         ['Graph', 'Shape', 'Reason'],
-        p.recompiles.map(r => [String(r.graph), String(r.shape), String(r.reason)])
+        p.recompiles.map(r => [String(r.graph), String(r.shape), recompileReason(r)]),
+        'ns-Recompiles'
       )
     );
   }
   return el('div', {}, ...parts);
+}
+
+/** A recompile's reason in words, with Dynamo's own guard failures (as text) folded beneath it. */
+function recompileReason(r: IRecompile): HTMLElement {
+  return el(
+    'div',
+    { class: 'ns-RecompileReason', attrs: { 'data-cause': String(r.cause ?? '') } },
+    el('span', { text: String(r.reason) }),
+    r.detail
+      ? el(
+          'details',
+          {},
+          el('summary', { text: "Dynamo's guard failures" }),
+          el('pre', { text: String(r.detail) })
+        )
+      : null
+  );
 }
 
 function diffSection(p: IProfilePayload): HTMLElement {

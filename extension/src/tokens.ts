@@ -128,7 +128,12 @@ export interface ISyncPlaces {
 export interface IRecompile {
   graph: string;
   shape: string;
+  /** Why the graph compiled again (profiler/recompile_causes.py CAUSES key: "shapes", "grad_mode", "value", ...). */
+  cause?: string;
+  /** The cause in words. */
   reason: string;
+  /** Dynamo's guard failures as it gave them (TORCH_LOGS=recompiles); plain text. */
+  detail?: string;
 }
 
 export interface ICost {

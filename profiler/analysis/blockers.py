@@ -5,8 +5,10 @@ import numpy as np
 import pandas as pd
 
 from neuron_studio.profiler.op_kinds import HOST_KINDS
+from neuron_studio.profiler.recompile_causes import SHAPES
 
-__all__ = ["cpu_fallbacks", "sync_points", "sync_places", "SYNC_PLACE", "recompiles", "transfers", "idle_gaps"]
+__all__ = ["cpu_fallbacks", "sync_points", "sync_places", "SYNC_PLACE", "recompiles", "shape_recompiles",
+           "shape_compiles", "transfers", "idle_gaps"]
 
 #: A sync place: one line of code where one op makes the host wait for one reason. Its occurrences (every
 #: call, every profiled step) are one place, whatever module ran that line.
@@ -85,10 +87,26 @@ def sync_places(points: pd.DataFrame, steps: int, time: str | None) -> pd.DataFr
 
 
 def recompiles(compiles: pd.DataFrame) -> pd.DataFrame:
-    """Compiles of graphs already compiled with other shapes (static shapes: each new shape recompiles)."""
+    """Compiles of graphs compiled before, each with its `cause` ("shapes" when no earlier compile of the graph had
+    its input shapes; else the guard that failed: profiler/recompile_causes.py), `reason` and Dynamo's `detail`."""
     if compiles.empty:
         return compiles.copy()
     return compiles[compiles["recompile"]].reset_index(drop=True)
+
+
+def shape_recompiles(compiles: pd.DataFrame) -> pd.DataFrame:
+    """The recompiles a new input shape caused (the ones padding to buckets removes)."""
+    rc = recompiles(compiles)
+    return rc[rc["cause"] == SHAPES].reset_index(drop=True) if len(rc) else rc
+
+
+def shape_compiles(compiles: pd.DataFrame) -> pd.DataFrame:
+    """The compiles that tell which input dimension varies: first compiles and the recompiles new shapes caused
+    (a recompile for grad mode or a Python value has the shapes of an earlier compile)."""
+    if compiles.empty:
+        return compiles.copy()
+    keep = ~compiles["recompile"].astype(bool) | (compiles["cause"] == SHAPES)
+    return compiles[keep].reset_index(drop=True)
 
 
 def transfers(ops: pd.DataFrame) -> pd.DataFrame:

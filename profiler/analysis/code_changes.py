@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from neuron_studio.profiler.analysis.blockers import shape_compiles, shape_recompiles
 from neuron_studio.profiler.model.ops import DTYPE_BF16, DTYPE_FP32, classify_engine, shape_stats
 from neuron_studio.profiler.vocabulary import source_label
 
@@ -507,9 +508,9 @@ def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None,
     shapes of that length, or of the batch dimensions times it (a flattened batch), are padded and the ops' sizes
     recomputed from the padded shapes. `all_steps`: the whole trace when `trace_ops` are some of its steps (the
     what-if's re-modeled ones): the padded compiles are counted over all of its steps."""
-    if compiles is None or not len(compiles) or not bool(compiles["recompile"].any()) or not len(trace_ops):
+    if compiles is None or not len(shape_recompiles(compiles)) or not len(trace_ops):
         return None
-    found = varying_dimension(compiles["shapes"].tolist())
+    found = varying_dimension(shape_compiles(compiles)["shapes"].tolist())
     if found is None or "step" not in trace_ops:
         return None
     d, dims = found
@@ -570,7 +571,8 @@ def bucket_shapes(trace_ops: pd.DataFrame, compiles: pd.DataFrame | None,
             out.loc[i, ["in_bytes", "out_bytes", "elems", "flops"]] = [ib, ob, el, fl]
     if not lengths:
         return None
-    before, after = int(len(compiles)), len(padded_keys)
+    # recompiles with another cause (grad mode, a Python value) happen at the padded shapes too
+    before, after = int(len(compiles)), len(padded_keys) + int(len(compiles) - len(shape_compiles(compiles)))
     if after >= before:
         return None
     out = pd.concat([out, pd.DataFrame(pads, columns=out.columns).astype(

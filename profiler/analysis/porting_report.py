@@ -5,7 +5,10 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from neuron_studio.profiler.analysis.fusion_regions import region_splits
+from neuron_studio.profiler.recompile_causes import CAUSES, SHAPES, cause_fix
 from neuron_studio.profiler.summary_numbers import usd_text
 from neuron_studio.profiler.vocabulary import counted, source_label
 
@@ -22,7 +25,7 @@ _UNSUPPORTED_DTYPES = {
 @dataclass
 class CheckItem:
     severity: str        # "error" (blocks a good port), "warning", "ok", "info"
-    topic: str           # fallbacks | dynamic_shapes | dtypes | sync_points | regions | graph_breaks | memory | compile_cache | efficiency | cost
+    topic: str           # fallbacks | dynamic_shapes | recompiles | dtypes | sync_points | regions | graph_breaks | memory | compile_cache | efficiency | cost
     message: str
     fix: str = ""
     details: list[str] = field(default_factory=list)
@@ -65,17 +68,28 @@ def porting_report(prof: Any) -> PortingReport:
         items.append(CheckItem("ok", "fallbacks", "no CPU fallbacks"))
     ops = prof.ops
     dd = ops[ops["sync"] == "data_dependent"]
-    rc = prof.recompiles()
+    every = prof.recompiles()
+    by_shape = every["cause"] == SHAPES if len(every) else pd.Series([], dtype=bool)
+    rc, other = (every[by_shape], every[~by_shape]) if len(every) else (every, every)
     if len(dd) or len(rc):
         det = [f"{r.op} at {_at(r.source)}: output shape depends on values" for r in dd.head(10).itertuples()]
-        det += [f"recompile of {r.graph_key} for shapes {r.shapes}" for r in rc.itertuples(index=False)]
+        det += [f"recompile of {r.graph_key}: {r.reason}" for r in rc.itertuples(index=False)]
         items.append(CheckItem(
             "error" if len(rc) else "warning", "dynamic_shapes",
-            f"{len(dd)} data-dependent-shape ops and {len(rc)} recompiles: compile needs static shapes",
+            f"{len(dd)} data-dependent-shape ops and {len(rc)} recompiles for new input shapes: compile needs "
+            "static shapes",
             "pad or bucket inputs to a few fixed shapes; replace boolean masking/nonzero with masks (torch.where)",
             det))
     else:
-        items.append(CheckItem("ok", "dynamic_shapes", "no data-dependent shapes or recompiles"))
+        items.append(CheckItem("ok", "dynamic_shapes", "no data-dependent shapes or recompiles for new shapes"))
+    if len(other):
+        causes = list(dict.fromkeys(other["cause"].astype(str)))
+        items.append(CheckItem(
+            "warning", "recompiles",
+            f"{len(other)} recompile{'s' if len(other) != 1 else ''} with unchanged input shapes "
+            f"({', '.join(CAUSES.get(c, c) for c in causes)})",
+            "; ".join(f"{CAUSES.get(c, c)}: {cause_fix(c)}" for c in causes),
+            [f"recompile of {r.graph_key}: {r.reason}" for r in other.itertuples(index=False)]))
     dtypes = set()
     for col in ("input_dtypes", "output_dtypes"):  # what ops read, and what they make (factories read nothing)
         if col in prof.trace.ops.columns:

@@ -524,7 +524,8 @@ def recommend(bd: StepBreakdown, rows: dict[str, RowCategories], *, mode: str, l
 
 def recompile_recommendation(shapes: Sequence[Any], compile_ns: float | None, row: dict | None = None,
                              all_shapes: Sequence[Any] | None = None) -> Recommendation | None:
-    """Recompiles of a compiled step (each new input shape compiles the graph again): pad to a few bucket shapes,
+    """Recompiles of a compiled step caused by new input shapes (`shapes`: theirs; recompiles with another cause
+    are `guard_recompile_recommendation`'s): pad to a few bucket shapes,
     with the padding line for the one dimension that varies (between `all_shapes`, every compile's input shapes,
     else between the recompiles' `shapes`); None without recompiles. Lengths already at bucket multiples are told
     so (each bucket compiles once). `row`: the advisor's bucketing row (`code_changes.bucket_shapes`, ranked first
@@ -550,9 +551,30 @@ def recompile_recommendation(shapes: Sequence[Any], compile_ns: float | None, ro
     if row is not None and row.get("compiles") is not None:
         fix += (f" ({row['variant']}; the padded step predicted at {float(row['speedup']):.2f}x this step's speed: "
                 "What if tab)")
-    cost = f"; each costs ~{compile_ns / 1e9:.0f} s of compile time (modeled, not in the step time)" if compile_ns else ""
+    cost = _compile_cost(compile_ns)
     return Recommendation("recompile", 0.0, f"{n} recompile{'s' if n != 1 else ''} (a new input shape each) → "
                           f"{fix}{cost}", "syncs", [])
+
+
+def _compile_cost(compile_ns: float | None) -> str:
+    return f"; each costs ~{compile_ns / 1e9:.0f} s of compile time (modeled, not in the step time)" if compile_ns else ""
+
+
+def guard_recompile_recommendation(causes: Sequence[str], compile_ns: float | None) -> Recommendation | None:
+    """Recompiles that new input shapes did not cause (`causes`: each one's `recompile_causes.CAUSES` key): what
+    changed and what keeps it from changing, per cause; None without any. Never the shapes advice."""
+    from neuron_studio.profiler.recompile_causes import CAUSES, SHAPES, cause_fix
+
+    counts: dict[str, int] = {}
+    for c in causes:
+        if isinstance(c, str) and c and c != SHAPES:
+            counts[c] = counts.get(c, 0) + 1
+    if not counts:
+        return None
+    n = sum(counts.values())
+    parts = "; ".join(f"{CAUSES.get(c, c)}{f' x{k}' if k > 1 else ''} → {cause_fix(c)}" for c, k in counts.items())
+    return Recommendation("recompile", 0.0, f"{n} recompile{'s' if n != 1 else ''} with unchanged input shapes: "
+                          f"{parts}{_compile_cost(compile_ns)}", "syncs", [])
 
 
 def _launch_fix(mode: str, remodeled: bool) -> str:

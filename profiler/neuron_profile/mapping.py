@@ -475,8 +475,9 @@ def _no_ops() -> OpRows:
 def trace_from_tables(t: ExplorerTables, *, chip: str | None = None, mode: str = "eager", steps: int = 1,
                       name: str | None = None, tracking: Any = None,
                       extra_meta: Mapping[str, Any] | None = None, mapping: FrameworkMapping | None = None,
-                      framework_log: Any = None) -> tuple[Trace, MeasuredRun]:
-    """Tables -> (the measured `Trace`, its `MeasuredRun`), with the run's name, steps and op tracking."""
+                      framework_log: Any = None, compiles: pd.DataFrame | None = None) -> tuple[Trace, MeasuredRun]:
+    """Tables -> (the measured `Trace`, its `MeasuredRun`), with the run's name, steps and op tracking; `compiles`:
+    the graph compiles the studio's `neuron` backend logged during the capture (compile mode), with their causes."""
     run, meta, ops = measured_run(t, chip=chip, mode=mode, tracking=tracking, mapping=mapping,
                                   framework_log=framework_log)
     meta.update({"name": name, "steps": int(max(1, steps)), "warmup": 0, "dropped_events": 0,
@@ -488,4 +489,4 @@ def trace_from_tables(t: ExplorerTables, *, chip: str | None = None, mode: str =
     host = t.host if t.host is not None else None
     if host is not None:
         host = host[list(HOST_COLUMNS)]
-    return Trace(ops=ops, host=host, meta=meta), run
+    return Trace(ops=ops, host=host, compiles=compiles, meta=meta), run

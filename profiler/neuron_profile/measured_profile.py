@@ -65,17 +65,20 @@ def load_neuron_profile(path: str | Path, *, chip: str | None = None, mode: str 
                         name: str | None = None, tracking: Any = None,
                         extra_meta: Mapping[str, Any] | None = None,
                         kernel_lookup: Callable[..., list[dict]] | None = default_kernel_lookup,
-                        mapping: FrameworkMapping | None = None, framework_log: Any = None) -> MeasuredProfile:
+                        mapping: FrameworkMapping | None = None, framework_log: Any = None,
+                        compiles: pd.DataFrame | None = None) -> MeasuredProfile:
     """A measured `Profile` from Neuron Explorer output (Parquet directory, system_profile.json or
     neuron-profile JSON). `chip` overrides Metadata.instance_type; `steps` divides per-step figures;
     `tracking` (an `OpTracking`) adds the ops TorchNeuron ran on CPU as fallback rows.
 
     `mapping` (TorchNeuron's framework mapping, `executions.read_framework_mapping`) and `framework_log` (the
     studio's `FrameworkLog.ops` of the capture) together make the op rows the device executions, each named by its
-    PyTorch op, module and source line; without both the rows come from the device profile's own names."""
+    PyTorch op, module and source line; without both the rows come from the device profile's own names.
+    `compiles`: the capture's graph compiles (`Trace.compiles`: compile mode, each with its cause)."""
     tables = read_tables(path)
     trace, run = trace_from_tables(tables, chip=chip, mode=mode, steps=steps, name=name, tracking=tracking,
-                                   extra_meta=extra_meta, mapping=mapping, framework_log=framework_log)
+                                   extra_meta=extra_meta, mapping=mapping, framework_log=framework_log,
+                                   compiles=compiles)
     return MeasuredProfile(trace, run, kernel_lookup=kernel_lookup)
 
 
