@@ -182,10 +182,16 @@ class CompileCacheWatch:
                 it = ops.step[i]
                 g.update(op=ops.name[i], module=ops.module[i] or None, source=ops.source[i], shapes=ops.shapes[i],
                          step=it)
-                rec = dynamo.get(_dynamo_compile_id(ops.shapes[i])) if ops.phase[i] == "compile" else None
-                if rec is not None:       # inside a Dynamo compile: its one classification
+                cid = _dynamo_compile_id(ops.shapes[i])   # "compile id 0/1": inside a Dynamo compile
+                rec = dynamo.get(cid)
+                if rec is not None:       # its one classification
                     g.update(new_shape=rec.cause == SHAPES, recompile=bool(rec.recompile), cause=rec.cause,
                              reason=rec.reason)
+                elif cid:
+                    again = not cid.endswith("/0")
+                    g.update(recompile=again, cause=UNKNOWN if again else None,
+                             reason="Dynamo recompiled; its cause was not logged (not compiled by the studio's "
+                                    "neuron backend)" if again else None)
                 else:
                     first = first_iter.get((ops.name[i], ops.module[i], ops.source[i]))
                     again = it is not None and first is not None and it > first[0]

@@ -189,6 +189,7 @@ class FrameworkLog:
     def __enter__(self) -> "FrameworkLog":
         class _NoBus:            # the tracker stamps device sequence numbers; the op log keys on autograd's
             last_seq = 0
+            current_graph = -1   # no device graph launches are numbered here
 
         self._tracker = ModuleTracker(_NoBus())
         self._tracker.start()

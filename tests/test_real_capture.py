@@ -372,16 +372,20 @@ def test_framework_log_keeps_numerics_and_keys_ops_like_torchneuron() -> None:
 
 def test_compile_mode_log_keeps_torch_compile_compiling_and_finds_recompiles() -> None:
     """A dispatch mode would make Dynamo run the cell eagerly; compile mode logs Dynamo's compiles instead."""
-    from torch._dynamo.testing import CompileCounter
+    from neuron_studio import device
+    from neuron_studio.profiler.trace import COMPILE_COLUMNS
 
     torch._dynamo.reset()
-    cnt = CompileCounter()
-    f = torch.compile(lambda x: (x @ x).relu().sum(), backend=cnt)
+    compile_log = device.registry().compile_log
+    start = len(compile_log)
+    f = torch.compile(lambda x: (x @ x).relu().sum(), backend="neuron", dynamic=False)
     with FrameworkLog(compile_mode=True) as log:
         for i, n in enumerate((8, 8, 6)):
             log.step = i - 3
             f(torch.randn(n, n))        # the line compiles are attributed to
-    assert cnt.frame_count == 2          # the first call and the new shape: Dynamo compiled both
+    compiles = pd.DataFrame(compile_log[start:], columns=list(COMPILE_COLUMNS))
+    assert len(compiles) == 2            # the first call and the new shape: Dynamo compiled both
+    assert list(compiles["cause"]) == ["first", "shapes"]
     o = log.ops
     here = f"{Path(__file__).name}:"
     assert [o.step[i] for i in range(len(o))] == [-3, -1] and all(here in o.source[i] for i in range(len(o)))
@@ -408,8 +412,28 @@ def test_compile_mode_log_keeps_torch_compile_compiling_and_finds_recompiles() -
     watch._t0 = 0
     met.done = True
     watch.__exit__(None, None, None)
-    cc = watch.result(log)
+    cc = watch.result(log, compiles)     # each NEFF compile takes its Dynamo compile's cause
     assert [g["new_shape"] for g in cc.graphs] == [False, True] and "new shape at test_real_capture.py:" in cc.line
+    assert cc.graphs[1]["reason"] == compiles["reason"][1]
+    # a Dynamo recompile with unchanged shapes (grad mode) is not a new shape
+    with FrameworkLog(compile_mode=True) as log:
+        log.step = -1
+        with torch.no_grad():
+            f(torch.randn(6, 6))
+    compiles = pd.DataFrame(compile_log[start:], columns=list(COMPILE_COLUMNS))
+    assert list(compiles["cause"]) == ["first", "shapes", "grad_mode"]
+    o = log.ops
+    met.done, watch = False, CompileCacheWatch(met)
+    watch.__enter__()
+    watch._t0 = 0
+    met.done = True
+    watch.__exit__(None, None, None)
+    cc = watch.result(log, compiles)
+    assert [(g["new_shape"], g["cause"]) for g in cc.graphs] == [(False, "grad_mode")]
+    assert "new shape" not in cc.line and "recompiled with unchanged input shapes at test_real_capture.py:" in cc.line
+    # without the studio's log (another backend compiled it), the cause is not guessed
+    cc = watch.result(log)
+    assert [(g["new_shape"], g["cause"]) for g in cc.graphs] == [(False, "unknown")] and "new shape" not in cc.line
 
 
 # -- readers over tables built from the schema ---------------------------------------------------------------

@@ -94,6 +94,36 @@ def test_an_equal_shape_recompile_names_its_cause_and_not_shapes(change: str, ca
     assert "new input shapes" not in page
 
 
+def test_real_torchneuron_compiles_are_logged_with_the_same_classification(monkeypatch) -> None:
+    """On real TorchNeuron the `neuron` backend defers to TorchNeuron's (`torch_neuronx.neuron_dynamo_backend.
+    backend.neuron_backend`, stood in for here) and still logs each compile with its cause, computed the same way."""
+    import sys
+    import types
+
+    from neuron_studio import device
+    from neuron_studio.profiler.trace import COMPILE_COLUMNS
+
+    calls = []
+    mod = types.ModuleType("torch_neuronx.neuron_dynamo_backend.backend")
+    mod.neuron_backend = lambda gm, example_inputs, **kw: calls.append(len(example_inputs)) or gm.forward
+    for name in ("torch_neuronx", "torch_neuronx.neuron_dynamo_backend"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, mod.__name__, mod)
+    reg = device.registry()
+    monkeypatch.setattr(reg, "backend", "real")
+    torch._dynamo.reset()
+    start = len(reg.compile_log)
+    f = torch.compile(lambda x, n: (x * n).relu().sum(), backend="neuron", dynamic=False)
+    x = torch.randn(4, 4)
+    for n in (2, 2, 3):
+        f(x, n)
+    f(torch.randn(6, 4), 3)
+    c = pd.DataFrame(reg.compile_log[start:], columns=list(COMPILE_COLUMNS))
+    assert len(calls) == 3 and list(c["cause"]) == ["first", "value", SHAPES]
+    assert c["reason"][1] == "a Python value changed with the same input shapes: n is no longer 2"
+    assert c["detail"][1].startswith("0/0: n == 2") and c["compile_id"].tolist() == ["0/0", "0/1", "0/2"]
+
+
 def test_guard_texts_are_put_in_words() -> None:
     """Dynamo's reason strings (torch 2.13's wording, as TORCH_LOGS=recompiles prints them) -> cause and words."""
     shapes = "4x4, 4, 2x4"
