@@ -27,7 +27,7 @@ from neuron_studio.profiler.vocabulary import MODES
 
 __all__ = ["MODES", "ModeSettings", "mode_settings", "neuron_dynamo_backend", "StaticShapeError",
            "compile_cell_function", "GraphBreaks", "graph_breaks_recorded", "register_graph_module_hook",
-           "graph_module_path", "GraphModulePath"]
+           "graph_module_path", "GraphModulePath", "graph_state_role", "register_graph_state_hook"]
 
 
 
@@ -220,6 +220,116 @@ def register_graph_module_hook(hook: Callable[[str, str | None, bool, int], None
     return handle
 
 
+#: `register_graph_state_hook`'s hooks, by handle id
+_graph_state_hooks: "OrderedDict[int, Callable[[list[tuple[str, str, torch.Tensor]]], None]]" = OrderedDict()
+#: a parameter's or buffer's source: `._parameters['w']` / `._buffers['b']` of a module, an attribute of one
+#: (Dynamo's ParamBufferSource), or an optimizer's `param_groups[i]['params'][j]`
+_PARAM_SOURCE = re.compile(r"\._(?:parameters|buffers)\[|\['params'\]\[\d+\]$")
+#: a tensor in an optimizer's `state`, which is keyed by parameters (Dynamo reads it through the key list)
+_STATE_SOURCE = re.compile(r"\.state\[(?:list\(dict\.keys\(|.*(?:_parameters\[|\['params'\]\[))")
+_STATE_INDEX = re.compile(r"\.state\)\)\[(\d+)\]")
+_GETATTR = re.compile(r"^getattr\((.+?), '([^']+)'\)")
+_LAST_KEY = re.compile(r"\[['\"]([^'\"]+)['\"]\]$")
+
+
+def graph_state_role(source: str, param_buffer: bool = False) -> tuple[str, str] | None:
+    """(role, name) of a compiled graph's input or attribute that is model or optimizer state, by its Dynamo source
+    ("G['model']._modules['0']._parameters['weight']", "L['self'].param_groups[0]['params'][0].grad",
+    "L['self'].state[list(dict.keys(L['self'].state))[1]]['exp_avg']"); None for anything else (the user's own
+    tensors). Roles are memory categories: "parameter" (a parameter or buffer), "gradient" (a parameter's
+    `.grad`), "optimizer_state". `param_buffer`: Dynamo says it is a module's parameter or buffer."""
+    if source.endswith(".grad"):
+        base = graph_state_role(source[:-len(".grad")], param_buffer)
+        return ("gradient", base[1] + ".grad") if base is not None and base[0] == "parameter" else None
+    if _STATE_SOURCE.search(source):
+        key = _LAST_KEY.search(source)
+        index = _STATE_INDEX.search(source)
+        what = key.group(1) if key else "state"
+        return "optimizer_state", f"optimizer {what}" + (f" of param {index.group(1)}" if index else "")
+    if param_buffer or _PARAM_SOURCE.search(source):
+        plain = source
+        while plain.startswith("getattr("):   # getattr(G['model'], '0').weight -> G['model'].0.weight
+            plain = _GETATTR.sub(r"\1.\2", plain, count=1)
+        root = _SOURCE_ROOT.match(plain)
+        head = root.group(0)[3:-2] if root else ""
+        path = _SOURCE_INDEX.sub(lambda m: "." + next(g for g in m.groups() if g is not None),
+                                 plain[root.end():] if root else plain)
+        return "parameter", (head + path.replace("._parameters", "").replace("._buffers", "")).lstrip(".") or source
+    return None
+
+
+#: what a compiled graph tells the graph-state hooks about each state tensor it reads: (role, name, tensor, the
+#: parameter a gradient belongs to when the graph reads that parameter too, else None)
+GraphState = "tuple[str, str, torch.Tensor, torch.Tensor | None]"
+
+
+def register_graph_state_hook(hook: Callable[[list[Any]], None]) -> Any:
+    """Call `hook([(role, name, tensor, parameter), ...])` each time a graph compiled by the emulator's backend runs,
+    with its inputs and attributes that are model or optimizer state (`graph_state_role`; `parameter`: the
+    parameter a gradient belongs to, when the graph reads it, else None). Module and optimizer hooks do not run
+    inside compiled code (Dynamo traces them): this is how memory capture knows parameters, gradients and optimizer
+    state in compile mode. Returns a removable handle."""
+    from torch.utils.hooks import RemovableHandle
+
+    handle = RemovableHandle(_graph_state_hooks)
+    _graph_state_hooks[handle.id] = hook
+    return handle
+
+
+def _graph_state(gm: torch.fx.GraphModule) -> tuple[list[tuple], list[tuple]]:
+    """The state a Dynamo graph reads: (graph input position, role, name, its parameter's position or tensor) of
+    its placeholders, and (role, name, tensor, None) of the tensors Dynamo made its attributes (an optimizer's
+    parameters and state)."""
+    inputs: list[tuple[int, str, bool]] = []   # (position, source, is a ParamBufferSource)
+    i = 0
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            source = getattr(n.meta.get("grapharg"), "source", None)
+            if source is not None and hasattr(source, "name"):
+                inputs.append((i, str(source.name), type(source).__name__ == "ParamBufferSource"))
+            i += 1
+    by_source: dict[str, Any] = {src: pos for pos, src, _ in inputs}
+    attrs: list[tuple] = []
+    for name, source in (getattr(gm, "_param_name_to_source", None) or {}).items():
+        t = getattr(gm, name, None)
+        src = str(getattr(source, "name", ""))
+        role = graph_state_role(src, type(source).__name__ == "ParamBufferSource")
+        if isinstance(t, torch.Tensor) and role is not None:
+            attrs.append((*role, t, None))
+            by_source.setdefault(src, t)
+    positions = []
+    for pos, src, pb in inputs:
+        role = graph_state_role(src, pb)
+        if role is not None:
+            positions.append((pos, *role, by_source.get(src[:-len(".grad")]) if role[0] == "gradient" else None))
+    return positions, attrs
+
+
+def _telling_graph_state(compiled: Callable, gm: torch.fx.GraphModule) -> Callable:
+    """`compiled`, first telling the graph-state hooks (`register_graph_state_hook`) the state it is given."""
+    positions, attrs = _graph_state(gm)
+    if not positions and not attrs:
+        return compiled
+
+    def run(*args: Any) -> Any:
+        if _graph_state_hooks:
+            # Dynamo calls it with the graph's inputs, or with them in one list when it boxes them (a graph
+            # input is never a list); its `_boxed_call` attribute does not say which (AOTAutograd copies it)
+            flat = args[0] if len(args) == 1 and isinstance(args[0], list) else args
+
+            def arg(x: Any) -> Any:
+                return flat[x] if isinstance(x, int) and x < len(flat) else x
+
+            seen = attrs + [(role, name, flat[i], arg(of)) for i, role, name, of in positions
+                            if i < len(flat) and isinstance(flat[i], torch.Tensor)]
+            for hook in tuple(_graph_state_hooks.values()):
+                hook(seen)
+        return compiled(*args)
+
+    run.__dict__.update(compiled.__dict__)   # what AOTAutograd's function carries (zero_grad, serialize, ...)
+    return run
+
+
 def _enter_graph_module(absolute: str, relative: str | None, backward: bool, compiled: int) -> None:
     """Inserted into a compiled graph where its nodes' module changes (`_mark_graph_modules`); plain values, as FX
     writes them into the graph's code."""
@@ -328,7 +438,7 @@ def neuron_dynamo_backend(gm: torch.fx.GraphModule, example_inputs: list[Any], *
                                 bw_compiler=_graph_runner("backward", compile_id),
                                 keep_inference_input_mutations=True)(gm, example_inputs)
     _log_compile(reg, cid, shapes, failures, time.perf_counter_ns() - t0)
-    return compiled
+    return _telling_graph_state(compiled, gm)
 
 
 def compile_cell_function(fn: Callable[[], Any]) -> Callable[[], Any]:

@@ -8,12 +8,16 @@ then one row per allocation or free).
 
 Each storage gets one category, the first that applies:
 
-  parameter        a module's parameter or buffer (module forward pre-hook); under FSDP2 also the sharded
+  parameter        a module's parameter or buffer (module forward pre-hook; in compile mode, a compiled graph's
+                   input or attribute whose Dynamo source is one: `graph_state`); under FSDP2 also the sharded
                    parameter's local shard and the unsharded parameter gathered for the module's forward
                    (read in the forward post-hook, before FSDP2 reshards)
-  gradient         the `.grad` of a parameter (optimizer.step pre-hook, and at the end of the capture)
-  optimizer_state  a tensor in `optimizer.state` (optimizer.step post-hook)
-  input            a tensor passed to the outermost module's forward, copied to the device in the step, or
+  gradient         the `.grad` of a parameter (optimizer.step pre-hook, and at the end of the capture; in compile
+                   mode also a compiled optimizer step's `.grad` input)
+  optimizer_state  a tensor in `optimizer.state` (optimizer.step post-hook; in compile mode, a compiled
+                   optimizer step's state attribute)
+  input            a tensor passed to the outermost module's forward (not a compiled graph's GraphModule, whose
+                   inputs are the model's state as well), copied to the device in the step, or
                    held before the capture began without being model or optimizer state (batches, targets,
                    and any other tensor the program keeps on the device)
   activation       saved for backward (autograd's saved-tensors pack hook)
@@ -164,6 +168,21 @@ class MemoryRecorder:
             sid = self.tracker.storage_id(t)
             if sid is not None:
                 self.outputs_of.setdefault(sid, set()).add(path)
+
+    def graph_state(self, seen: list[Any]) -> None:
+        """A compiled graph's inputs and attributes that are model or optimizer state, as its Dynamo sources name
+        them (`neuron_studio.modes.register_graph_state_hook`): module and optimizer hooks do not run inside
+        compiled code. A gradient takes its parameter's name when the graph reads that parameter too."""
+        if self.tracker is None:
+            return
+        for role, name, t, param in seen:
+            if role == "parameter":
+                self._params.setdefault(id(t), t)
+                self._param_names.setdefault(id(t), name)
+                name = self._param_names[id(t)]
+            elif role == "gradient" and param is not None and id(param) in self._param_names:
+                name = self._param_names[id(param)] + ".grad"
+            self._note(t, role, name)
 
     def optimizer_pre(self, opt: Any) -> None:
         if self.tracker is None:

@@ -87,8 +87,9 @@ class ModuleTracker:
         if threading.get_ident() != self.thread:
             return
         path = self._name(module)
-        if self.memory is not None:
-            self.memory.module_pre(module, path, args, outermost=not self.stack)
+        if self.memory is not None:   # a compiled graph's GraphModule is no user module: its inputs are not a batch
+            self.memory.module_pre(module, path, args,
+                                   outermost=not self.stack and not isinstance(module, torch.fx.GraphModule))
         self.stack.append(path)
         self._mark("forward")
 
@@ -140,7 +141,7 @@ class ModuleTracker:
         from torch.nn.modules import module as m
         from torch.optim import optimizer as o
 
-        from neuron_studio.modes import register_graph_module_hook
+        from neuron_studio.modes import register_graph_module_hook, register_graph_state_hook
 
         self.handles = [
             m.register_module_forward_pre_hook(self.pre),
@@ -149,6 +150,8 @@ class ModuleTracker:
             o.register_optimizer_step_post_hook(self.opt_post),
             register_graph_module_hook(self.graph_module),
         ]
+        if self.memory is not None:
+            self.handles.append(register_graph_state_hook(self.memory.graph_state))
 
     def stop(self) -> None:
         for h in self.handles:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from neuron_studio.profiler.analysis.memory import CATEGORIES, NoMemoryDataError
-from neuron_studio.profiler.capture import Capture
+from neuron_studio.profiler.capture import Capture, profile
 from tests.models.blocks import PreNormBlock
 from tests.models.gpt import GPT, lm_loss
 
@@ -417,3 +417,51 @@ def test_compile_mode_counts_the_activations_a_compiled_graph_saves() -> None:
     before = torch.neuron.memory_allocated()
     out = torch.compile(cpu_model, backend="neuron", dynamic=False)(torch.randn(2, 32, 64))
     assert out.requires_grad and torch.neuron.memory_allocated() == before
+
+
+def test_compile_mode_memory_categories_agree_with_eager() -> None:
+    """An MLP + AdamW step profiled in compile mode sorts its memory as eager does: module and optimizer hooks do
+    not run inside compiled code, and the compiled graph's GraphModule is called with the model's parameters and
+    the optimizer's state as its inputs, which must not make them the step's input batch. Parameters, gradients,
+    optimizer state and the input batch are the same tensors in both modes (byte for byte); compile legitimately
+    changes the temporaries (the functionalized optimizer update allocates its results before copying them back)
+    and may save other tensors for backward (AOTAutograd's partitioner), so those are only required to exist."""
+    import torch._dynamo
+
+    state = ("parameter", "gradient", "optimizer_state", "input")
+    got = {}
+    for mode in ("eager", "compile"):
+        torch._dynamo.reset()
+        gc.collect()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 64)).to("neuron")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x = torch.randn(32, 64, device="neuron")
+        y = torch.randn(32, 64, device="neuron")
+
+        def step() -> None:
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+
+        prof = profile(step, steps=2, warmup=1, mode=mode)
+        tl = prof.memory_timeline()
+        peak = prof.memory_peak()
+        got[mode] = ({c: int(tl[c].max()) for c in CATEGORIES}, {c: int(peak.attrs["by_category"].get(c, 0))
+                                                                 for c in CATEGORIES})
+        param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+        by_max, _ = got[mode]
+        assert by_max["parameter"] == by_max["gradient"] == param_bytes, (mode, by_max)
+        assert by_max["optimizer_state"] == 2 * param_bytes, (mode, by_max)   # exp_avg, exp_avg_sq
+        assert by_max["input"] == x.nbytes + y.nbytes, (mode, by_max)
+        assert by_max["activation"] > 0, (mode, by_max)
+        if mode == "compile":   # named from Dynamo's sources: the parameter, and its gradient after it
+            params = peak[peak["category"] == "parameter"]
+            grads = peak[peak["category"] == "gradient"]
+            names = [n for n, _ in model.named_parameters()]
+            assert sorted(n.split(".", 1)[1] for n in params["name"]) == sorted(names), params["name"].tolist()
+            assert sorted(grads["name"]) == sorted(f"{n}.grad" for n in params["name"])
+        del model, opt, x, y, step, prof
+    eager, compiled = got["eager"], got["compile"]
+    for which in (0, 1):   # the timeline's maximum per category, and the peak's composition
+        assert {c: compiled[which][c] for c in state} == {c: eager[which][c] for c in state}
