@@ -74,6 +74,17 @@ def _seed(root: Path) -> dict:
     (root / "02.ipynb").write_text(notebook([code_cell("cell-1", src, payload, "<Profile train-step>",
                                                        extra={"text/html": "<b>HTML fallback</b>"})]))
     (root / "empty.ipynb").write_text(notebook([code_cell("e1", "x = 1")]))
+    # recompiles as the summary carries them (profiler/recompile_causes.py): Dynamo's guard text is data
+    recompiles = [
+        {"graph": "frame0", "shape": "4x50x16, 16x16, 16", "cause": "shapes",
+         "reason": "new input shapes (4x50x16, 16x16, 16; compiled before for 4x37x16, 16x16, 16)",
+         "detail": "0/0: tensor 'x' size mismatch at index 1. expected 37, actual 50"},
+        {"graph": "frame0", "shape": "4x50x16, 16x16, 16", "cause": "value",
+         "reason": "a Python value changed with the same input shapes: n is no longer 3",
+         "detail": f"0/1: n == 3  # {HOSTILE}"},
+    ]
+    (root / "recompiles.ipynb").write_text(notebook([code_cell(
+        "cell-1", src, dict(payload, recompiles=recompiles, badges=dict(payload["badges"], recompiles=2)))]))
     # a measured profile (Neuron Explorer Parquet, no host events) as its payload would be saved in a notebook
     sys.path.insert(0, str(REPO / "tests"))
     from make_explorer_fixtures import write_explorer_fixture
@@ -318,6 +329,24 @@ def test_memory_tables_fit_without_breaking_words(lab: dict, page, width: int) -
         assert hostile.count() == 1 and hostile.get_attribute("title").startswith(HOSTILE)   # text, not markup
         assert live.locator(".ns-Name", has_text="TransformerBlock.mlp").count() > 0   # modules are names too
         assert profile.locator("script").count() == 0
+
+
+def test_recompiles_show_their_cause_with_dynamos_guard_text_as_text(lab: dict, page) -> None:  # noqa: ANN001
+    with _saved_profile(lab, page, "recompiles.ipynb", "ns-rc") as (pg, profile):
+        assert "2 recompiles" in profile.inner_text()
+        profile.locator(".ns-Tab", has_text="Fallbacks & syncs").click()
+        rows = profile.locator(".ns-Recompiles tbody tr")
+        assert rows.count() == 2
+        assert [rows.nth(i).locator(".ns-RecompileReason").get_attribute("data-cause") for i in range(2)] == [
+            "shapes", "value"]
+        value = rows.nth(1)
+        assert "n is no longer 3" in value.inner_text() and "new input shapes" not in value.inner_text()
+        details = value.locator("details")
+        assert details.count() == 1 and "Dynamo's guard failures" in details.locator("summary").inner_text()
+        details.locator("summary").click()
+        assert HOSTILE in details.locator("pre").inner_text()     # Dynamo's text shown as text ...
+        assert profile.locator("script").count() == 0              # ... never as markup
+        pg.screenshot(path=str(ARTIFACTS / "recompiles.png"))
 
 
 def _fmt_bytes(n: float) -> str:
