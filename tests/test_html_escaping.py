@@ -61,7 +61,8 @@ def summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
     ra["collectives"] = ra.get("collectives") or [{"op": "c10d::allreduce_", "index": 0, "bytes": 4096,
                                                    "last_rank": 1, "max_wait_ns": 5e8, "span_ns": 6e8}]
     s["fallbacks"] = s["fallbacks"] or [{"op": "aten::nonzero", "count": 2, "reason": "no lowering", "time_ns": 10}]
-    s["recompiles"] = s["recompiles"] or [{"graph": "g0", "shape": "(8, 16)", "reason": "dim 0 changed"}]
+    s["recompiles"] = s["recompiles"] or [{"graph": "g0", "shape": "(8, 16)", "cause": "value",
+                                           "reason": "a Python value changed", "detail": "0/0: n == 3"}]
     s["warnings"] = s["warnings"] or ["a warning"]
     s["hot_ops"][0]["kernel"] = s["hot_ops"][0]["kernel"] or {"name": "rmsnorm_kernel", "kind": "candidate",
                                                               "file": "kernels/rmsnorm.py", "line": 3,
