@@ -220,8 +220,8 @@ def register_graph_module_hook(hook: Callable[[str, str | None, bool, int], None
     return handle
 
 
-#: `register_graph_state_hook`'s hooks, by handle id
-_graph_state_hooks: "OrderedDict[int, Callable[[list[tuple[str, str, torch.Tensor]]], None]]" = OrderedDict()
+#: `register_graph_state_hook`'s hooks, by handle id; each is told [(role, name, tensor, parameter or None), ...]
+_graph_state_hooks: "OrderedDict[int, Callable[[list[tuple]], None]]" = OrderedDict()
 #: a parameter's or buffer's source: `._parameters['w']` / `._buffers['b']` of a module, an attribute of one
 #: (Dynamo's ParamBufferSource), or an optimizer's `param_groups[i]['params'][j]`
 _PARAM_SOURCE = re.compile(r"\._(?:parameters|buffers)\[|\['params'\]\[\d+\]$")
@@ -258,12 +258,7 @@ def graph_state_role(source: str, param_buffer: bool = False) -> tuple[str, str]
     return None
 
 
-#: what a compiled graph tells the graph-state hooks about each state tensor it reads: (role, name, tensor, the
-#: parameter a gradient belongs to when the graph reads that parameter too, else None)
-GraphState = "tuple[str, str, torch.Tensor, torch.Tensor | None]"
-
-
-def register_graph_state_hook(hook: Callable[[list[Any]], None]) -> Any:
+def register_graph_state_hook(hook: Callable[[list[tuple]], None]) -> Any:
     """Call `hook([(role, name, tensor, parameter), ...])` each time a graph compiled by the emulator's backend runs,
     with its inputs and attributes that are model or optimizer state (`graph_state_role`; `parameter`: the
     parameter a gradient belongs to, when the graph reads it, else None). Module and optimizer hooks do not run
