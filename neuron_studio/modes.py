@@ -232,14 +232,17 @@ _GETATTR = re.compile(r"^getattr\((.+?), '([^']+)'\)")
 _LAST_KEY = re.compile(r"\[['\"]([^'\"]+)['\"]\]$")
 
 
-def graph_state_role(source: str, param_buffer: bool = False) -> tuple[str, str] | None:
+def graph_state_role(source: str, param_buffer: bool = False,
+                     classes: dict[str, str] | None = None) -> tuple[str, str] | None:
     """(role, name) of a compiled graph's input or attribute that is model or optimizer state, by its Dynamo source
     ("G['model']._modules['0']._parameters['weight']", "L['self'].param_groups[0]['params'][0].grad",
     "L['self'].state[list(dict.keys(L['self'].state))[1]]['exp_avg']"); None for anything else (the user's own
     tensors). Roles are memory categories: "parameter" (a parameter or buffer), "gradient" (a parameter's
-    `.grad`), "optimizer_state". `param_buffer`: Dynamo says it is a module's parameter or buffer."""
+    `.grad`), "optimizer_state". `param_buffer`: Dynamo says it is a module's parameter or buffer. `classes`: the
+    class of the module a frame variable holds ({"G['model']": "Sequential"}): a parameter is named as the module
+    tracker names it in eager ("Sequential.0.weight"), else by the variable ("model.0.weight")."""
     if source.endswith(".grad"):
-        base = graph_state_role(source[:-len(".grad")], param_buffer)
+        base = graph_state_role(source[:-len(".grad")], param_buffer, classes)
         return ("gradient", base[1] + ".grad") if base is not None and base[0] == "parameter" else None
     if _STATE_SOURCE.search(source):
         key = _LAST_KEY.search(source)
@@ -251,7 +254,7 @@ def graph_state_role(source: str, param_buffer: bool = False) -> tuple[str, str]
         while plain.startswith("getattr("):   # getattr(G['model'], '0').weight -> G['model'].0.weight
             plain = _GETATTR.sub(r"\1.\2", plain, count=1)
         root = _SOURCE_ROOT.match(plain)
-        head = root.group(0)[3:-2] if root else ""
+        head = (classes or {}).get(root.group(0)) or root.group(0)[3:-2] if root else ""
         path = _SOURCE_INDEX.sub(lambda m: "." + next(g for g in m.groups() if g is not None),
                                  plain[root.end():] if root else plain)
         return "parameter", (head + path.replace("._parameters", "").replace("._buffers", "")).lstrip(".") or source
@@ -276,8 +279,14 @@ def _graph_state(gm: torch.fx.GraphModule) -> tuple[list[tuple], list[tuple]]:
     its placeholders, and (role, name, tensor, None) of the tensors Dynamo made its attributes (an optimizer's
     parameters and state)."""
     inputs: list[tuple[int, str, bool]] = []   # (position, source, is a ParamBufferSource)
+    classes: dict[str, str] = {}                 # frame variable holding a module -> the module's class
     i = 0
     for n in gm.graph.nodes:
+        stack = n.meta.get("nn_module_stack")
+        for entry in (stack.values() if isinstance(stack, dict) else ()):
+            if isinstance(entry, tuple) and len(entry) >= 2 and isinstance(entry[0], str) \
+                    and _SOURCE_ROOT.fullmatch(entry[0]):
+                classes.setdefault(entry[0], getattr(entry[1], "__name__", None) or str(entry[1]))
         if n.op == "placeholder":
             source = getattr(n.meta.get("grapharg"), "source", None)
             if source is not None and hasattr(source, "name"):
@@ -288,13 +297,13 @@ def _graph_state(gm: torch.fx.GraphModule) -> tuple[list[tuple], list[tuple]]:
     for name, source in (getattr(gm, "_param_name_to_source", None) or {}).items():
         t = getattr(gm, name, None)
         src = str(getattr(source, "name", ""))
-        role = graph_state_role(src, type(source).__name__ == "ParamBufferSource")
+        role = graph_state_role(src, type(source).__name__ == "ParamBufferSource", classes)
         if isinstance(t, torch.Tensor) and role is not None:
             attrs.append((*role, t, None))
             by_source.setdefault(src, t)
     positions = []
     for pos, src, pb in inputs:
-        role = graph_state_role(src, pb)
+        role = graph_state_role(src, pb, classes)
         if role is not None:
             positions.append((pos, *role, by_source.get(src[:-len(".grad")]) if role[0] == "gradient" else None))
     return positions, attrs

@@ -109,7 +109,28 @@ def test_compile_mode_counts_recompiles_on_new_shape(ip):
     assert second.success, second.error_in_exec
     rc = second.result.recompiles()
     assert len(rc) >= 1 and "6x32" in " ".join(rc["shapes"])
+    assert set(rc["cause"]) == {"shapes"} and all(r.startswith("new input shapes") for r in rc["reason"])
     assert second.result.summary_payload["badges"]["recompiles"] >= 1
+
+
+def test_compile_mode_names_a_recompile_that_shapes_did_not_cause(ip):
+    """The same cell again with the same input shapes and another value of a global it reads: Dynamo recompiles
+    for the value, and the cell's output says so, not "new input shapes"."""
+    body = "y = m(xs) * scale\ny.sum().backward()\n"
+    ip.user_ns["xs"] = torch.randn(4, 32, device="neuron")
+    ip.user_ns["scale"] = 2.0
+    first = run(ip, "--mode compile --name scaled", body)
+    assert first.success, first.error_in_exec
+    ip.user_ns["scale"] = 3.0
+    second = run(ip, "--mode compile --name scaled", body)
+    assert second.success, second.error_in_exec
+    rc = second.result.recompiles()
+    assert len(rc) >= 1 and set(rc["cause"]) == {"global"}, rc[["cause", "reason"]]
+    assert all("scale is no longer 2.0" in r and "new input shapes" not in r for r in rc["reason"])
+    shown = second.result.summary_payload["recompiles"]
+    assert [r["cause"] for r in shown] == list(rc["cause"]) and all(r["detail"] for r in shown)
+    advice = [r.text for r in second.result.step_breakdown().recommendations if r.category == "recompile"]
+    assert len(advice) == 1 and "unchanged input shapes" in advice[0] and "pad" not in advice[0]
 
 
 @pytest.mark.parametrize("cell, message", [
