@@ -7,6 +7,7 @@ clock skews come from that simulation, not from the analysis.
 """
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import shutil
@@ -17,12 +18,15 @@ import numpy as np
 import pytest
 
 from neuron_studio.profiler.analysis.rank_digest import ACTIVITY_BINS, read_digest, write_digest
-from neuron_studio.profiler.analysis.ranks import RankIdentityError, reduce_digests
+from neuron_studio.profiler.analysis.ranks import (STRAGGLER_MIN_WAIT_PER_STEP_NS, STRAGGLER_MIN_WAIT_SHARE,
+                                                   RankIdentityError, reduce_digests)
 from neuron_studio.profiler.importers.job_inputs import job_inputs, rank_from_name
 from neuron_studio.profiler.job_map import analyze_job, local_workers, map_rank
 from neuron_studio.profiler.trace import TraceFormatError
 
 from neuron_studio.testing import synthetic_job as sj
+from neuron_studio.ui.formatting import fmt_ns
+from neuron_studio.ui.text import render_ranks_text
 
 SPEC = sj.JobSpec(ranks=4, events_per_rank=6000, launches_per_step=100, launches_per_collective=25, straggler=2)
 
@@ -153,6 +157,96 @@ def test_steps_are_intersected_across_ranks(tmp_path, job_dir):
     assert a.steps["common"] == last and a.steps["ranks_with_extra_steps"] == SPEC.ranks - 1
     assert set(a.ranks["steps"]) == {last}
     assert any("not recorded on every rank" in n for n in a.notes)
+    # the per-step waits count only the collectives inside the common steps, over those steps
+    per_step = SPEC.launches_per_step // SPEC.launches_per_collective
+    assert a.steps["per_step"] == last and a.straggler.steps == last
+    assert any(f"{SPEC.collectives - last * per_step} of {SPEC.collectives} collective instance(s) arrived outside"
+               in n for n in a.notes)
+    assert (a.ranks["collectives_per_step"] == per_step).all()
+    arr, _ = sj.arrivals(SPEC)
+    truth = sum(max(k) - x for k in arr[: last * per_step] for x in k) * 1000 / last
+    assert a.straggler.wait_per_step_ns == pytest.approx(truth, abs=per_step * SPEC.ranks * 2)
+
+
+# -- figures per step: the same however many steps were profiled ---------------------------------------------
+def _stepped(steps: int, extra_us: float) -> sj.JobSpec:
+    """Two ranks, `steps` whole steps of 4 collectives; rank 1's matmuls take `extra_us` longer."""
+    spec = sj.JobSpec(ranks=2, events_per_rank=0, launches_per_step=100, launches_per_collective=25, straggler=1,
+                      straggler_extra_us=extra_us)
+    per_launch = sj.EVENTS_PER_LAUNCH + 2 / spec.launches_per_collective
+    spec = dataclasses.replace(spec, events_per_rank=int(steps * spec.launches_per_step * per_launch) + 1)
+    assert spec.launches == steps * spec.launches_per_step
+    return spec
+
+
+def _caused_per_step(spec: sj.JobSpec, steps: int) -> tuple[float, float]:
+    """From the simulation: the others' wait per step (ns) and its share of their compute before those collectives."""
+    arr, exits = sj.arrivals(spec)
+    wait = sum(max(k) - x for k in arr for x in k) * 1000
+    starts = [0.0] + exits[:-1]
+    compute = sum(k[r] - s for k, s in zip(arr, starts) for r in range(spec.ranks) if r != spec.straggler) * 1000
+    return wait / steps, wait / compute
+
+
+@pytest.mark.parametrize("steps", [2, 8, 32])
+@pytest.mark.parametrize("extra_us, named", [(3.5, False), (10.0, True)])
+def test_the_straggler_rule_is_per_step_whatever_the_number_of_profiled_steps(tmp_path, steps, extra_us, named):
+    """A rank that makes the other wait a fixed time per step: below `STRAGGLER_MIN_WAIT_PER_STEP_NS` it is no
+    straggler at 2, 8 or 32 profiled steps (a total over the steps passed the old 1 ms floor from 15 steps on);
+    above it, a straggler at every count (the old floor missed it at 2 steps). Its share of the compute passes
+    in both cases, so the per-step floor alone decides."""
+    spec = _stepped(steps, extra_us)
+    per_step, share = _caused_per_step(spec, steps)
+    assert share >= 2 * STRAGGLER_MIN_WAIT_SHARE
+    assert (per_step > 1.5 * STRAGGLER_MIN_WAIT_PER_STEP_NS) if named else \
+        (0.5 * STRAGGLER_MIN_WAIT_PER_STEP_NS < per_step < 0.8 * STRAGGLER_MIN_WAIT_PER_STEP_NS)
+    sj.write_job(tmp_path, spec)
+    res = analyze_job(tmp_path, workers=0)
+    a = res.analysis
+    assert a.steps["per_step"] == steps and not [n for n in a.notes if "per step" in n or "outside" in n]
+    waited = a.ranks.set_index("rank")["wait_per_step_ns"][0]
+    assert waited == pytest.approx(per_step, abs=2 * spec.collectives / steps)   # µs→ns rounding per timestamp
+    assert a.ranks.set_index("rank")["collectives_per_step"][0] == spec.launches_per_step // spec.launches_per_collective
+    if named:
+        assert a.straggler is not None and a.straggler.rank == spec.straggler and a.straggler.steps == steps
+        assert a.straggler.wait_per_step_ns == pytest.approx(per_step, abs=2 * spec.collectives / steps)
+        text = render_ranks_text(res.report_summary()["ranks_analysis"])
+        assert f"the others wait {fmt_ns(a.straggler.wait_per_step_ns)} per step (over {steps} steps)" in text
+    else:
+        assert a.straggler is None
+        rule = a.to_summary()["straggler_rule"]
+        assert rule == {"min_wait_per_step_ns": STRAGGLER_MIN_WAIT_PER_STEP_NS,
+                        "min_wait_share": STRAGGLER_MIN_WAIT_SHARE, "steps": steps}
+    # the job op table is per step too: every rank runs 20 matmuls a step, whatever the steps profiled
+    ops = a.op_table.set_index("key")
+    mm_per_step = spec.launches_per_step // 5
+    assert ops.loc["aten::mm", "count_per_step"] == spec.ranks * mm_per_step
+    assert ops.loc["c10d::allreduce_", "count_per_step"] == spec.ranks * spec.launches_per_step // spec.launches_per_collective
+
+
+def test_without_profiler_steps_nothing_is_put_per_step_and_the_report_says_so(tmp_path, job_dir):
+    """Traces without ProfilerStep annotations: the steps are unknown, so the waits stay totals over the
+    capture, the straggler rests on its share of compute alone, and every view says so."""
+    for r in range(SPEC.ranks):
+        doc = json.loads((job_dir / f"rank-{r}.pt.trace.json").read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not str(e.get("name", "")).startswith("ProfilerStep#")]
+        (tmp_path / f"rank-{r}.json").write_text(json.dumps(doc))
+    res = analyze_job(tmp_path, workers=0)
+    a = res.analysis
+    assert a.steps["per_step"] is None
+    assert any("no ProfilerStep annotations" in n and "not per step" in n and "was not applied" in n
+               for n in a.notes)
+    assert a.ranks["wait_per_step_ns"].isna().all() and (a.ranks["wait_ns"] > 0).sum() == SPEC.ranks - 1
+    s = a.straggler
+    assert s is not None and s.rank == SPEC.straggler and s.steps is None and s.wait_per_step_ns is None
+    block = res.report_summary()["ranks_analysis"]
+    assert block["straggler"]["wait_per_step_ns"] is None and block["straggler_rule"]["steps"] is None
+    text = render_ranks_text(block)
+    assert "in total over the capture (its steps are unknown)" in text and "waited/step" not in text
+    from neuron_studio.cli import report_html
+
+    page = report_html(res.report_summary(name="job"))
+    assert "in total over the capture (its steps are unknown)" in page and "waited (total)" in page
 
 
 def test_digests_are_compact_and_survive_parquet(tmp_path, job):

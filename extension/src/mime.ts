@@ -479,9 +479,12 @@ export function ranksSection(p: IProfilePayload): HTMLElement {
     return el('div', {});
   }
   const gpuRanks = ra.ranks.some(r => r.gpu_compute_share !== null && r.gpu_compute_share !== undefined);
+  // per step over the steps every rank recorded; when those are unknown (or an older run), totals, said so
+  const perStep = ra.steps?.per_step ?? null;
+  const unit = perStep ? '/step' : ' (total)';
   parts.push(
     table(
-      ['Rank', 'Step (host)', 'Step (modeled)', 'MFU', 'Collectives', 'Waited', 'Overlap'].concat(
+      ['Rank', 'Step (host)', 'Step (modeled)', 'MFU', `Collectives${unit}`, `Waited${unit}`, 'Overlap'].concat(
         gpuRanks ? ['GPU compute', 'GPU comm', 'GPU memory', 'GPU idle'] : []
       ),
       ra.ranks.map(r =>
@@ -490,8 +493,8 @@ export function ranksSection(p: IProfilePayload): HTMLElement {
           fmtNs(r.step_time_ns),
           fmtNs(r.modeled_step_time_ns),
           fmtPct(r.mfu),
-          String(r.collectives ?? '–'),
-          fmtNs(r.wait_ns),
+          perStep ? fmtCount(r.collectives_per_step) : String(r.collectives ?? '–'),
+          fmtNs(perStep ? r.wait_per_step_ns : r.wait_ns),
           fmtPct(r.overlap_share)
         ].concat(
           gpuRanks
@@ -508,13 +511,31 @@ export function ranksSection(p: IProfilePayload): HTMLElement {
     )
   );
   const st = ra.straggler;
+  const rule = ra.straggler_rule;
+  let waited = '';
+  if (st) {
+    waited =
+      st.wait_per_step_ns !== null && st.wait_per_step_ns !== undefined
+        ? `${fmtNs(st.wait_per_step_ns)} per step (over ${st.steps} steps)`
+        : `${fmtNs(st.caused_wait_ns)} in total over the ` +
+          (st.steps === null ? 'capture (its steps are unknown)' : 'profiled steps');
+  }
+  let none = 'No straggler: no rank makes the others wait noticeably.';
+  if (rule) {
+    none = rule.steps
+      ? `No straggler: no rank makes the others wait at least ${fmtNs(rule.min_wait_per_step_ns)} per step ` +
+        `(over ${rule.steps} steps) and ${fmtPct(rule.min_wait_share)} of their compute before those collectives.`
+      : `No straggler: no rank makes the others wait ${fmtPct(rule.min_wait_share)} of their compute before ` +
+        `those collectives (the steps are unknown: the per-step floor of ${fmtNs(rule.min_wait_per_step_ns)} ` +
+        'was not applied).';
+  }
   parts.push(
     el('p', {
       class: 'ns-Straggler',
       text: st
-        ? `Straggler: rank ${st.rank} — the other ranks wait ${fmtNs(st.caused_wait_ns)} in ${st.op}` +
+        ? `Straggler: rank ${st.rank} — the other ranks wait ${waited} in ${st.op}` +
           (st.op_before ? ` (last op before it: ${st.op_before})` : '')
-        : 'No straggler: no rank makes the others wait noticeably.'
+        : none
     })
   );
   const sc = ra.slowest_collective;

@@ -532,6 +532,12 @@ export interface IRankRow {
   comm_bytes?: number | null;
   wait_ns?: number | null;
   last_arrivals?: number | null;
+  /** Per profiled step (over `IRanksAnalysis.steps.per_step` steps); null when the steps are unknown. */
+  collectives_per_step?: number | null;
+  comm_bytes_per_step?: number | null;
+  wait_per_step_ns?: number | null;
+  /** Fraction of its collectives it arrived last at. */
+  last_share?: number | null;
   overlap_share?: number | null;
   /** Ranks recorded on a GPU: measured shares of their GPU span. */
   gpu_compute_share?: number | null;
@@ -546,7 +552,10 @@ export interface IRanksAnalysis {
   straggler?: {
     rank: number;
     op: string;
+    /** Total over `steps` profiled steps (over the whole capture when `steps` is null). */
     caused_wait_ns: number;
+    steps?: number | null;
+    wait_per_step_ns?: number | null;
     compute_before_ns?: number | null;
     others_compute_before_ns?: number | null;
     op_before?: string | null;
@@ -558,6 +567,10 @@ export interface IRanksAnalysis {
     span_ns: number;
     last_rank: number;
   } | null;
+  /** The steps the per-step figures are over (`per_step`; null: the steps are unknown, figures are totals). */
+  steps?: { common?: number; per_step?: number | null } | null;
+  /** The straggler rule's thresholds and the steps they were applied over (null: the per-step floor was not). */
+  straggler_rule?: { min_wait_per_step_ns: number; min_wait_share: number; steps: number | null } | null;
   notes?: string[];
 }
 

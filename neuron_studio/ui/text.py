@@ -174,17 +174,25 @@ def breakdown_lines(s: dict) -> list[str]:
 def render_ranks_text(block: dict) -> str:
     """Per-rank lines of a multi-rank run (straggler, slowest collective)."""
     lines = ["  ranks:"]
+    per = (block.get("steps") or {}).get("per_step")     # per step over these steps; else totals, said so
     for r in block.get("ranks", []):
         src = f" [{r['rank_source']}]" if r.get("rank_source") else ""
+        coll = (f"collectives/step {fmt_count(r.get('collectives_per_step'))}  "
+                f"waited/step {fmt_ns(r.get('wait_per_step_ns'))}") if per else \
+            f"collectives {r.get('collectives')} (total)  waited {fmt_ns(r.get('wait_ns'))} (total)"
         lines.append(f"    rank {r['rank']}{src}: step {fmt_ns(r.get('step_time_ns'))} (host)  "
-                     f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  collectives {r.get('collectives')}  "
-                     f"waited {fmt_ns(r.get('wait_ns'))}  overlap {float(r.get('overlap_share') or 0) * 100:.0f}%"
+                     f"modeled {fmt_ns(r.get('modeled_step_time_ns'))}  {coll}  "
+                     f"overlap {float(r.get('overlap_share') or 0) * 100:.0f}%"
                      + ("" if r.get("gpu_compute_share") is None else
                         "  GPU " + " ".join(f"{k} {_pct(r.get(f'gpu_{k}_share'))}"
                                             for k in ("compute", "communication", "memory", "idle"))))
     s = block.get("straggler")
     if s:
-        lines.append(f"  straggler: rank {s['rank']} — the others wait {fmt_ns(s['caused_wait_ns'])} in {s['op']} "
+        waited = (f"{fmt_ns(s['wait_per_step_ns'])} per step (over {s.get('steps')} steps)"
+                  if s.get("wait_per_step_ns") is not None else
+                  f"{fmt_ns(s['caused_wait_ns'])} in total over the "
+                  + ("capture (its steps are unknown)" if "steps" in s else "profiled steps"))
+        lines.append(f"  straggler: rank {s['rank']} — the others wait {waited} in {s['op']} "
                      f"(its compute before it: {fmt_ns(s['compute_before_ns'])} vs "
                      f"{fmt_ns(s['others_compute_before_ns'])})")
     c = block.get("slowest_collective")

@@ -3,11 +3,13 @@
 A digest holds what the job report needs from one rank, a few thousand rows instead of millions of events:
 
 - `steps`: per step its measured window on the rank's own clock (ProfilerStep#N windows when the trace has
-  them, else the span of the step's ops) and, where the profile has one, the step breakdown's categories;
+  them, else the span of the step's ops; a torch.profiler trace without ProfilerStep annotations has one row,
+  the whole capture, marked `UNKNOWN_STEPS`) and, where the profile has one, the step breakdown's categories;
 - `collectives`: every collective op (`c10d::*`, else the backend's `gloo:*` ranges) in issue order with its sequence number within
   (op, group), bytes, issue start/end, the compute time since the rank's previous collective, the last op
   before it, and its modeled device duration;
-- `ops`: the op table's aggregates per op name (count, device/host ns, FLOPs, bytes, engine);
+- `ops`: the op table's aggregates per op name (count, device/host ns, FLOPs, bytes, engine), totals over the
+  profile's `meta["profile_steps"]` steps;
 - `activity`: compute and collective busy time in `ACTIVITY_BINS` equal bins over the rank's span (the
   collapsed lane of the job timeline, and the overlap of communication with compute, resolved to one bin);
 - `meta`: rank identity and where it came from, wall-clock start, step time (measured, modeled), MFU,
@@ -35,12 +37,15 @@ from neuron_studio.profiler.kineto import is_collective_name
 from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 
 __all__ = ["RankDigest", "digest_trace", "write_digest", "read_digest", "ACTIVITY_BINS", "DIGEST_VERSION",
-           "COLLECTIVE_COLUMNS", "interval_union", "cumulative_busy"]
+           "COLLECTIVE_COLUMNS", "UNKNOWN_STEPS", "interval_union", "cumulative_busy"]
 
 DIGEST_VERSION = 1
 #: Bins of the activity table: the job timeline's collapsed lane resolution and the overlap's resolution.
 ACTIVITY_BINS = 2048
 TABLES = ("steps", "collectives", "ops", "activity")
+#: The `steps` basis of a torch.profiler trace without ProfilerStep#N annotations: its one row is the whole
+#: capture, however many iterations it holds.
+UNKNOWN_STEPS = "whole capture (no ProfilerStep annotations)"
 COLLECTIVE_COLUMNS = ["op", "group", "index", "seq", "arrival_ns", "issue_end_ns", "bytes", "compute_before_ns",
                       "op_before", "modeled_ns"]
 _OP_COLUMNS = ["key", "count", "device_ns", "host_ns", "flops", "bytes", "engine"]
@@ -148,6 +153,7 @@ def digest_trace(trace: Any, profile: Any = None, *, bins: int = ACTIVITY_BINS, 
         "ops": int(len(ops)), "host_events": int(len(trace.host)),
         "events": (meta.get("imported") or {}).get("events"), "first_ns": t0, "last_ns": t1,
         "activity_bin_ns": bin_ns, "steps": int(len(steps)),
+        "profile_steps": int(profile.steps) if profile is not None else None,
         "collective_thread": _common_thread(ops["thread"].to_numpy(dtype=np.int64)[order][is_coll]),
     }
     d_meta.update(_profile_figures(trace, profile, notes))
@@ -273,8 +279,11 @@ def _activity(starts: np.ndarray, ends: np.ndarray, compute: np.ndarray, is_coll
 
 
 def _steps(trace: Any, profile: Any) -> pd.DataFrame:
-    """Per step: its measured window on the rank's clock, plus the step breakdown's categories (ns)."""
-    wins = (trace.meta.get("imported") or {}).get("step_windows") or []
+    """Per step: its measured window on the rank's clock, plus the step breakdown's categories (ns). A
+    torch.profiler trace without ProfilerStep annotations has one row, basis `UNKNOWN_STEPS`: the whole capture,
+    not a step (the reduce then cannot put its figures per step, and says so)."""
+    imported = trace.meta.get("imported") or {}
+    wins = imported.get("step_windows") or []
     if wins:
         df = pd.DataFrame({"step": [int(w["step"]) for w in wins], "start_ns": [int(w["start_ns"]) for w in wins],
                            "end_ns": [int(w["end_ns"]) for w in wins]})
@@ -285,7 +294,7 @@ def _steps(trace: Any, profile: Any) -> pd.DataFrame:
                           "e": ops["end_ns"].to_numpy(dtype=np.int64)}).groupby("step", sort=True)
         df = pd.DataFrame({"step": g["s"].min().index.to_numpy(dtype=np.int64),
                            "start_ns": g["s"].min().to_numpy(), "end_ns": g["e"].max().to_numpy()})
-        df["basis"] = "span of the step's ops"
+        df["basis"] = UNKNOWN_STEPS if imported.get("kind") == "chrome-trace" else "span of the step's ops"
     df = df.drop_duplicates("step", keep="first").sort_values("step", kind="stable").reset_index(drop=True)
     df["duration_ns"] = (df["end_ns"] - df["start_ns"]).astype(np.int64)
     if profile is not None:

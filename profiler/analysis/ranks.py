@@ -7,7 +7,12 @@ folder, else its position in the input order; each rank says which. Two inputs w
 job's ranks (`TraceSetError` from the caller naming both).
 
 Steps: only the steps every rank recorded are compared (the intersection); a rank's step time is its mean
-measured step over those steps, the others are named in a note.
+measured step over those steps, the others are named in a note. Figures that add up over steps (waits,
+collectives, bytes, the job op table) are shown per step, so they read the same however many steps were
+profiled: the waits per step are those of the collectives issued inside those common steps (a collective's
+step is the step window holding its arrival on each rank) divided by their number. When a rank's steps are
+unknown (a torch.profiler trace without ProfilerStep annotations: `rank_digest.UNKNOWN_STEPS`) or no step was
+recorded on every rank, nothing is put per step: the totals over the capture stand, and a note says so.
 
 Clock alignment: each rank's times are on its own capture clock; `start_wall_ns` puts them on the wall clock
 (`+ start_wall_ns - origin`, the origin being the job start `run_start_wall_ns`, else the earliest rank
@@ -25,9 +30,11 @@ Collectives: the k-th collective of a given op and group on each rank is the sam
 issued in the same order on every rank of a group): that k is its sequence number. Its *arrival* on a rank is
 when that rank issued it; it can only complete once the last rank arrived, so every other rank waits
 `last arrival - own arrival` for it, and that wait is attributed to the last rank. The rank whose late
-arrivals cause the most waiting (at least `STRAGGLER_MIN_WAIT_NS`, and `STRAGGLER_MIN_WAIT_SHARE` of the waiting
-ranks' compute before those collectives) is the straggler; the collective instance
-it delays most is named, with the compute time it spent before that collective compared with the other ranks.
+arrivals cause the most waiting (at least `STRAGGLER_MIN_WAIT_PER_STEP_NS` per step, and
+`STRAGGLER_MIN_WAIT_SHARE` of the waiting ranks' compute before those collectives) is the straggler; the
+collective instance it delays most is named, with the compute time it spent before that collective compared
+with the other ranks. Both conditions are ratios of the profiled steps' own figures, so profiling more or
+fewer steps of the same job does not change the verdict; with the steps unknown only the share applies (noted).
 
 Times are each rank's measured host timeline; the modeled device duration of a collective (NeuronLink cost,
 from the model) extends its window for the overlap figure, which is resolved to the digests' activity bins.
@@ -43,14 +50,17 @@ import pandas as pd
 
 __all__ = ["RankAnalysis", "Straggler", "ClockAlignment", "collective_table", "find_straggler", "rank_table",
            "analyze_ranks", "reduce_digests", "resolve_ranks", "align_clocks",
-           "STRAGGLER_MIN_WAIT_NS", "STRAGGLER_MIN_WAIT_SHARE", "BLOCKING_RATIO", "RankIdentityError"]
+           "step_scope", "STRAGGLER_MIN_WAIT_PER_STEP_NS", "STRAGGLER_MIN_WAIT_SHARE", "BLOCKING_RATIO",
+           "RankIdentityError"]
 
-#: A rank counts as a straggler only if the waits it causes add up to at least this (1 ms): below it,
-#: arrival order is scheduling noise.
-STRAGGLER_MIN_WAIT_NS = 1_000_000
+#: A rank counts as a straggler only if the waits it causes (summed over the waiting ranks) are at least this
+#: per profiled step (0.1 ms per step; an assumption, not a measurement): below it, its arrival order is within
+#: host scheduling noise (a thread wake-up, a collective's host dispatch) for any step length. Per step, not in
+#: total: a total over the profiled steps would name the same rank a straggler at 4 profiled steps and not at 3.
+STRAGGLER_MIN_WAIT_PER_STEP_NS = 100_000
 #: ... and to at least this fraction of the compute the waiting ranks did before those collectives (1%, an
-#: assumption): a job whose ranks arrive a few µs apart at every collective adds up past 1 ms over hundreds of
-#: collectives, and the rank that happens to be last most often is not slowing anyone down.
+#: assumption): a job whose ranks arrive a few µs apart at every collective adds up past the floor over hundreds
+#: of collectives, and the rank that happens to be last most often is not slowing anyone down.
 STRAGGLER_MIN_WAIT_SHARE = 0.01
 #: Collectives count as blocking (their exits one instant on every rank) when the median spread of their
 #: exits is at most this fraction of the median spread of their arrivals.
@@ -69,17 +79,24 @@ class Straggler:
 
     rank: int
     op: str                     # the collective it delays most ("c10d::allreduce_")
-    caused_wait_ns: float       # total wait of the other ranks in collectives this rank arrived last at
+    caused_wait_ns: float       # total wait of the other ranks in collectives this rank arrived last at, over
+                                # the `steps` counted (over the whole capture when `steps` is None)
     last_share: float           # fraction of collectives this rank arrived last at
     compute_before_ns: float    # its mean compute time before that collective (since its previous collective)
     others_compute_before_ns: float  # the same, median over the other ranks
     op_before: str | None = None     # the op it ran just before the most delayed collective instance
     index: int | None = None         # sequence number of the collective instance it delays most
     instance_wait_ns: float | None = None  # the others' total wait in that instance
+    steps: int | None = None         # the steps the waits were counted over (None: the ranks' steps are unknown)
 
     @property
     def excess_compute_ns(self) -> float:
         return self.compute_before_ns - self.others_compute_before_ns
+
+    @property
+    def wait_per_step_ns(self) -> float | None:
+        """The others' wait per profiled step (None when the steps are unknown)."""
+        return None if not self.steps else self.caused_wait_ns / self.steps
 
 
 @dataclass(frozen=True)
@@ -125,7 +142,10 @@ class RankAnalysis:
             "straggler": None if s is None else {
                 "rank": s.rank, "op": s.op, "caused_wait_ns": s.caused_wait_ns, "last_share": s.last_share,
                 "compute_before_ns": s.compute_before_ns, "others_compute_before_ns": s.others_compute_before_ns,
-                "op_before": s.op_before, "index": s.index, "instance_wait_ns": s.instance_wait_ns},
+                "op_before": s.op_before, "index": s.index, "instance_wait_ns": s.instance_wait_ns,
+                "steps": s.steps, "wait_per_step_ns": s.wait_per_step_ns},
+            "straggler_rule": {"min_wait_per_step_ns": STRAGGLER_MIN_WAIT_PER_STEP_NS,
+                               "min_wait_share": STRAGGLER_MIN_WAIT_SHARE, "steps": self.steps.get("per_step")},
             "slowest_collective": self.slowest_collective,
             "collectives": rows(self.instances.head(50)),
             "alignment": None if self.alignment is None else self.alignment.to_dict(),
@@ -225,10 +245,12 @@ def align_clocks(coll: pd.DataFrame, base: dict[int, int], method: str, detail: 
 def collective_table(per_rank: pd.DataFrame, offsets: dict[int, int]) -> pd.DataFrame:
     """One row per (collective instance, rank) on the aligned clock: arrival, wait for the last rank."""
     cols = ["key", "op", "group", "index", "rank", "arrival_ns", "issue_end_ns", "bytes", "compute_before_ns",
-            "op_before", "seq", "modeled_ns", "last_arrival_ns", "wait_ns", "is_last", "finish_ns"]
+            "op_before", "seq", "modeled_ns", "last_arrival_ns", "wait_ns", "is_last", "finish_ns", "step"]
     if not len(per_rank):
         return pd.DataFrame(columns=cols)
     df = per_rank.copy()
+    if "step" not in df:
+        df["step"] = -1
     off = df["rank"].map(offsets).astype(np.int64)
     df["arrival_ns"] = df["arrival_ns"].astype(np.int64) + off
     df["issue_end_ns"] = df["issue_end_ns"].astype(np.int64) + off
@@ -263,18 +285,50 @@ def instances(coll: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index().sort_values("first_arrival_ns", kind="stable").reset_index(drop=True)
 
 
-def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAIT_NS,
+def step_scope(coll: pd.DataFrame, common_steps: Sequence[int], unknown: Sequence[int]
+               ) -> tuple[pd.DataFrame, int | None, list[str]]:
+    """The collectives the per-step figures count, over how many steps, and what was left out (notes).
+
+    Counted: the instances whose arrival lies inside one of the `common_steps` (the steps every rank recorded)
+    on every rank, over `len(common_steps)` steps. With steps unknown on some rank (`unknown`: those ranks) or no
+    common step, every collective is counted and the steps are None: nothing can be put per step."""
+    n = int(coll["key"].nunique()) if len(coll) else 0
+    if unknown:
+        shown = ", ".join(str(r) for r in list(unknown)[:8]) + ("…" if len(unknown) > 8 else "")
+        return coll, None, [f"rank(s) {shown} recorded no ProfilerStep annotations, so the profiled steps are "
+                            "unknown: waits, collectives and bytes are totals over the capture, not per step, and "
+                            "the straggler rule's per-step floor "
+                            f"({STRAGGLER_MIN_WAIT_PER_STEP_NS / 1e6:g} ms per step) was not applied, only its "
+                            f"share of compute ({STRAGGLER_MIN_WAIT_SHARE:.0%}). Call prof.step() once per "
+                            "iteration to get per-step figures"]
+    if not len(common_steps):
+        return coll, None, ["no step was recorded on every rank: waits, collectives and bytes are totals over the "
+                            "capture, not per step, and the straggler rule's per-step floor was not applied"]
+    inside = coll["step"].isin(set(int(x) for x in common_steps)) if len(coll) else pd.Series([], dtype=bool)
+    keep = inside.groupby(coll["key"]).transform("all") if len(coll) else inside
+    counted = coll[keep]
+    left = n - (int(counted["key"].nunique()) if len(counted) else 0)
+    notes = []
+    if left:
+        notes.append(f"{left} of {n} collective instance(s) arrived outside the {len(common_steps)} step(s) every "
+                     "rank recorded: left out of the per-step waits, collectives and bytes and of the straggler")
+    return counted, len(common_steps), notes
+
+
+def find_straggler(coll: pd.DataFrame, *, steps: int | None,
+                   min_wait_per_step_ns: float = STRAGGLER_MIN_WAIT_PER_STEP_NS,
                    min_wait_share: float = STRAGGLER_MIN_WAIT_SHARE) -> Straggler | None:
-    """The rank whose late arrivals make the others wait longest. None when the waits it causes are below
-    `min_wait_ns` in total, or below `min_wait_share` of the compute the waiting ranks did before those
-    collectives (arrival order then is noise, not a rank holding the job back)."""
+    """The rank whose late arrivals make the others wait longest, over `coll` (the collectives of `steps`
+    profiled steps, `step_scope`). None when the waits it causes are below `min_wait_per_step_ns` per step, or
+    below `min_wait_share` of the compute the waiting ranks did before those collectives (arrival order then is
+    noise, not a rank holding the job back). `steps` None (unknown): only the share applies."""
     if not len(coll):
         return None
     inst = coll.groupby("key").agg(total=("wait_ns", "sum"))
     lasts = coll[coll["is_last"]].set_index("key")
     caused = lasts.join(inst)[["rank", "op", "index", "total"]]
     by_rank = caused.groupby("rank")["total"].sum()
-    if not len(by_rank) or by_rank.max() < min_wait_ns:
+    if not len(by_rank) or (steps is not None and by_rank.max() < min_wait_per_step_ns * max(1, int(steps))):
         return None
     rank = int(by_rank.idxmax())
     mine = caused[caused["rank"] == rank]
@@ -291,7 +345,8 @@ def find_straggler(coll: pd.DataFrame, *, min_wait_ns: float = STRAGGLER_MIN_WAI
     return Straggler(rank=rank, op=op, caused_wait_ns=float(by_rank.max()), last_share=share,
                      compute_before_ns=mine_cb, others_compute_before_ns=float(others.median()) if len(others) else 0.0,
                      op_before=None if before.empty else before.iloc[0],
-                     index=int(mine.loc[worst_key, "index"]), instance_wait_ns=float(mine.loc[worst_key, "total"]))
+                     index=int(mine.loc[worst_key, "index"]), instance_wait_ns=float(mine.loc[worst_key, "total"]),
+                     steps=None if steps is None else int(steps))
 
 
 # ------------------------------------------------------------------------------------------- per rank
@@ -319,15 +374,24 @@ def _overlap(d: Any, mine: pd.DataFrame, offset: int) -> tuple[float, float]:
 
 
 def rank_table(digests: Sequence[Any], ranks: Sequence[int], sources: Sequence[str], coll: pd.DataFrame,
-               offsets: dict[int, int], common_steps: Sequence[int]) -> pd.DataFrame:
+               offsets: dict[int, int], common_steps: Sequence[int], counted: pd.DataFrame | None = None,
+               steps: int | None = None) -> pd.DataFrame:
     """Per rank: measured step time over the common steps, modeled step time, MFU, collectives, bytes, wait,
-    overlap, memory peak (and the measured GPU shares of GPU traces)."""
+    overlap, memory peak (and the measured GPU shares of GPU traces). Collectives, bytes and wait are totals
+    over the capture and, over the `counted` collectives of `steps` steps (`step_scope`), per step (NaN when the
+    steps are unknown); `last_share` is the fraction of its collectives it arrived last at."""
     rows = []
     common = set(int(s) for s in common_steps)
+    counted = coll if counted is None else counted
     for d, rank, src in zip(digests, ranks, sources):
         st = d.steps[d.steps["step"].isin(common)] if common else d.steps
         c = coll[coll["rank"] == rank] if len(coll) else coll
+        k = counted[counted["rank"] == rank] if len(counted) else counted
         comm, ov = _overlap(d, c, offsets.get(rank, 0))
+
+        def per_step(v: float) -> float:
+            return v / steps if steps else float("nan")
+
         m = d.meta
         row = {
             "rank": int(rank), "rank_source": src, "ops": int(m.get("ops") or 0), "steps": int(len(st)),
@@ -337,6 +401,10 @@ def rank_table(digests: Sequence[Any], ranks: Sequence[int], sources: Sequence[s
             "collectives": int(len(c)), "comm_bytes": float(c["bytes"].sum()) if len(c) else 0.0,
             "wait_ns": float(c["wait_ns"].sum()) if len(c) else 0.0,
             "last_arrivals": int(c["is_last"].sum()) if len(c) else 0,
+            "last_share": float(c["is_last"].mean()) if len(c) else float("nan"),
+            "collectives_per_step": per_step(float(len(k))),
+            "comm_bytes_per_step": per_step(float(k["bytes"].sum()) if len(k) else 0.0),
+            "wait_per_step_ns": per_step(float(k["wait_ns"].sum()) if len(k) else 0.0),
             "comm_ns": comm, "overlap_share": ov / comm if comm else 0.0,
             "memory_peak_bytes": _num(m.get("memory_peak_bytes")),
             "clock_offset_ns": int(offsets.get(rank, 0)),
@@ -353,6 +421,28 @@ def _num(v: Any) -> float:
     return float("nan") if v is None else float(v)
 
 
+def _unknown_steps(digests: Sequence[Any], ranks: Sequence[int]) -> list[int]:
+    """The ranks whose steps are unknown (their one `steps` row is the whole capture)."""
+    from neuron_studio.profiler.analysis.rank_digest import UNKNOWN_STEPS
+
+    return [int(r) for d, r in zip(digests, ranks) if "basis" in d.steps and (d.steps["basis"] == UNKNOWN_STEPS).any()]
+
+
+def _collective_steps(d: Any) -> np.ndarray:
+    """Per collective of a digest, the step whose window holds its arrival (-1: outside every window)."""
+    c, st = d.collectives, d.steps
+    if not len(c) or not len(st):
+        return np.full(len(c), -1, dtype=np.int64)
+    o = np.argsort(st["start_ns"].to_numpy(dtype=np.int64), kind="stable")
+    s = st["start_ns"].to_numpy(dtype=np.int64)[o]
+    e = st["end_ns"].to_numpy(dtype=np.int64)[o]
+    k = st["step"].to_numpy(dtype=np.int64)[o]
+    a = c["arrival_ns"].to_numpy(dtype=np.int64)
+    i = np.searchsorted(s, a, side="right") - 1           # the latest window starting at or before the arrival
+    j = np.maximum(i, 0)
+    return np.where((i >= 0) & (a <= e[j]), k[j], -1)
+
+
 def _common_steps(digests: Sequence[Any], ranks: Sequence[int]) -> tuple[list[int], dict[str, Any], list[str]]:
     sets = [set(d.steps["step"].astype(int).tolist()) for d in digests]
     common = sorted(set.intersection(*sets)) if sets else []
@@ -367,15 +457,25 @@ def _common_steps(digests: Sequence[Any], ranks: Sequence[int]) -> tuple[list[in
                     "last": common[-1] if common else None, "ranks_with_extra_steps": len(extra)}, notes
 
 
+_PER_STEP = ("count", "device_ns", "host_ns", "flops", "bytes")
+
+
 def _job_op_table(digests: Sequence[Any]) -> pd.DataFrame:
-    frames = [d.ops.assign(_r=i) for i, d in enumerate(digests) if len(d.ops)]
+    """Per op name, each rank's figures per step (its totals over its profile's steps, divided by them), summed
+    over the ranks: the job's per-step op table, the same however many steps each rank profiled."""
+    frames = []
+    for i, d in enumerate(digests):
+        if not len(d.ops):
+            continue
+        n = max(1, int(d.meta.get("profile_steps") or 1))
+        frames.append(d.ops.assign(_r=i, **{f"{c}_per_step": d.ops[c].astype(float) / n for c in _PER_STEP}))
+    cols = [f"{c}_per_step" for c in _PER_STEP]
     if not frames:
-        return pd.DataFrame(columns=["key", "count", "device_ns", "host_ns", "flops", "bytes", "ranks"])
+        return pd.DataFrame(columns=["key", *cols, "ranks"])
     allops = pd.concat(frames, ignore_index=True)
     g = allops.groupby("key", sort=False)
-    out = g.agg(count=("count", "sum"), device_ns=("device_ns", "sum"), host_ns=("host_ns", "sum"),
-                flops=("flops", "sum"), bytes=("bytes", "sum"), ranks=("_r", "nunique")).reset_index()
-    return out.sort_values("device_ns", ascending=False, kind="stable").reset_index(drop=True)
+    out = g.agg(**{c: (c, "sum") for c in cols}, ranks=("_r", "nunique")).reset_index()
+    return out.sort_values("device_ns_per_step", ascending=False, kind="stable").reset_index(drop=True)
 
 
 # ------------------------------------------------------------------------------------------- reduce
@@ -389,10 +489,10 @@ def reduce_digests(digests: Sequence[Any], inputs: Sequence[Any] | None = None) 
         c = d.collectives
         if len(c):
             own.append(c.assign(rank=int(r), key=c["op"].astype(str) + "|" + c["group"].astype(str) + "|"
-                                + c["index"].astype(str)))
+                                + c["index"].astype(str), step=_collective_steps(d)))
     per_rank = pd.concat(own, ignore_index=True) if own else pd.DataFrame(
         columns=["key", "rank", "op", "group", "index", "seq", "arrival_ns", "issue_end_ns", "bytes",
-                 "compute_before_ns", "op_before", "modeled_ns"])
+                 "compute_before_ns", "op_before", "modeled_ns", "step"])
     alignment = align_clocks(per_rank, base, method, detail)
     if method == "none" and alignment.method == "none":
         notes.append("some ranks have no start time and their collectives do not block: their timelines are "
@@ -405,17 +505,20 @@ def reduce_digests(digests: Sequence[Any], inputs: Sequence[Any] | None = None) 
         notes.append(f"{len(set(ranks))} of {world} ranks present: figures cover these ranks only")
     common, step_info, step_notes = _common_steps(digests, ranks)
     notes.extend(step_notes)
+    counted, per_steps, scope_notes = step_scope(coll, common, _unknown_steps(digests, ranks))
+    notes.extend(scope_notes)
+    step_info["per_step"] = per_steps
     slowest = None
     if len(inst):
         r = inst.loc[inst["span_ns"].idxmax()]
         slowest = {"op": str(r["op"]), "index": int(r["index"]), "group": str(r["group"]), "bytes": float(r["bytes"]),
                    "span_ns": float(r["span_ns"]), "last_rank": int(r["last_rank"]),
                    "max_wait_ns": float(r["max_wait_ns"]), "ranks": int(r["ranks"])}
-    table = rank_table(digests, ranks, sources, coll, alignment.offsets_ns, common)
+    table = rank_table(digests, ranks, sources, coll, alignment.offsets_ns, common, counted, per_steps)
     for d in digests:
         notes.extend(f"rank {d.meta.get('rank', '?')}: {n}" for n in d.notes[:3])
     by_rank = dict(zip(ranks, digests))
-    return RankAnalysis(ranks=table, collectives=coll, instances=inst, straggler=find_straggler(coll),
+    return RankAnalysis(ranks=table, collectives=coll, instances=inst, straggler=find_straggler(counted, steps=per_steps),
                         slowest_collective=slowest, alignment=alignment, steps=step_info,
                         op_table=_job_op_table(digests), notes=notes,
                         digests=[by_rank[r] for r in table["rank"].tolist()])
