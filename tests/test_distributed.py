@@ -85,7 +85,9 @@ def test_ddp_two_ranks_parity_and_straggler(tmp_path: Path) -> None:
     block = _check_ranks(st, run_id, 2)
     s = block["straggler"]
     assert s is not None and s["rank"] == 1 and s["op"] == "c10d::allreduce_"
-    assert s["caused_wait_ns"] > 0.2e9 * 2  # two recorded steps, 0.3 s sleep each
+    assert s["steps"] == 2 and s["caused_wait_ns"] > 0.2e9 * 2  # two recorded steps, 0.3 s sleep each
+    assert s["wait_per_step_ns"] == s["caused_wait_ns"] / 2 and s["wait_per_step_ns"] > 0.2e9
+    assert block["steps"]["per_step"] == 2
     assert block["slowest_collective"]["last_rank"] == 1
     assert "straggler: rank 1" in stdout
 

@@ -546,6 +546,10 @@ export function ranksSection(p: IProfilePayload): HTMLElement {
       })
     );
   }
+  // what the figures leave out or could not put per step (unknown steps, ranks missing, steps not on every rank)
+  for (const n of ra.notes ?? []) {
+    parts.push(el('div', { class: 'ns-Muted ns-RanksNote', text: n }));
+  }
   return el('div', { class: 'ns-RanksSection' }, ...parts);
 }
 

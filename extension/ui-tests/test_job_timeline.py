@@ -4,6 +4,7 @@ to its host timeline when its name is clicked. The job is the benchmark's synthe
 (neuron_studio/testing/synthetic_job.py), imported as `neuron-studio import DIR` stores it; no kernel needed."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -31,7 +32,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     (root / "job.ipynb").write_text(notebook([code_cell("job-1", "!neuron-studio import traces/", summary,
                                                         "<Profile job>")]))
     with lab_server(root, tmp_path_factory.mktemp("home-job")) as base:
-        yield {"base": base, "run_id": run_id, "spec": spec}
+        yield {"base": base, "run_id": run_id, "spec": spec, "summary": summary}
 
 
 def test_job_timeline_in_the_panel(lab: dict, page) -> None:  # noqa: ANN001
@@ -39,6 +40,14 @@ def test_job_timeline_in_the_panel(lab: dict, page) -> None:  # noqa: ANN001
     profile = page.locator(".jp-OutputArea-output .ns-Profile")
     profile.wait_for(timeout=30_000)
     assert "Ranks (3)" in profile.locator(".ns-Tab").all_inner_texts()
+    # the Ranks tab puts waits per profiled step (the steps every rank recorded), said in the text
+    profile.locator(".ns-Tab", has_text="Ranks (3)").click()
+    section = profile.locator(".ns-RanksSection")
+    section.wait_for(timeout=15_000)
+    steps = lab["summary"]["ranks_analysis"]["steps"]["per_step"]
+    assert steps and "Waited/step" in section.locator("th").all_inner_texts()
+    assert re.search(rf"Straggler: rank 1 — the other ranks wait [\d.]+ [µm]?s per step \(over {steps} steps\)",
+                     section.locator(".ns-Straggler").inner_text())
     profile.locator(".ns-OpenProfiler").click()
     panel = page.locator(".ns-ProfilerPanel")
     panel.wait_for()

@@ -39,7 +39,8 @@ from neuron_studio.profiler.vocabulary import COLLECTIVE_PREFIX
 __all__ = ["RankDigest", "digest_trace", "write_digest", "read_digest", "ACTIVITY_BINS", "DIGEST_VERSION",
            "COLLECTIVE_COLUMNS", "UNKNOWN_STEPS", "interval_union", "cumulative_busy"]
 
-DIGEST_VERSION = 1
+#: 2: `steps` marks a capture without step annotations (`UNKNOWN_STEPS`), `meta["profile_steps"]` divides `ops`.
+DIGEST_VERSION = 2
 #: Bins of the activity table: the job timeline's collapsed lane resolution and the overlap's resolution.
 ACTIVITY_BINS = 2048
 TABLES = ("steps", "collectives", "ops", "activity")

@@ -296,8 +296,9 @@ def step_scope(coll: pd.DataFrame, common_steps: Sequence[int], unknown: Sequenc
     if unknown:
         shown = ", ".join(str(r) for r in list(unknown)[:8]) + ("…" if len(unknown) > 8 else "")
         return coll, None, [f"rank(s) {shown} recorded no ProfilerStep annotations, so the profiled steps are "
-                            "unknown: waits, collectives and bytes are totals over the capture, not per step, and "
-                            "the straggler rule's per-step floor "
+                            "unknown: waits, collectives and bytes are totals over the capture, not per step (the "
+                            "job op table counts each such rank's whole capture as one step), and the straggler "
+                            "rule's per-step floor "
                             f"({STRAGGLER_MIN_WAIT_PER_STEP_NS / 1e6:g} ms per step) was not applied, only its "
                             f"share of compute ({STRAGGLER_MIN_WAIT_SHARE:.0%}). Call prof.step() once per "
                             "iteration to get per-step figures"]
@@ -383,15 +384,15 @@ def rank_table(digests: Sequence[Any], ranks: Sequence[int], sources: Sequence[s
     rows = []
     common = set(int(s) for s in common_steps)
     counted = coll if counted is None else counted
+
+    def per_step(v: float) -> float:
+        return v / steps if steps else float("nan")
+
     for d, rank, src in zip(digests, ranks, sources):
         st = d.steps[d.steps["step"].isin(common)] if common else d.steps
         c = coll[coll["rank"] == rank] if len(coll) else coll
         k = counted[counted["rank"] == rank] if len(counted) else counted
         comm, ov = _overlap(d, c, offsets.get(rank, 0))
-
-        def per_step(v: float) -> float:
-            return v / steps if steps else float("nan")
-
         m = d.meta
         row = {
             "rank": int(rank), "rank_source": src, "ops": int(m.get("ops") or 0), "steps": int(len(st)),
