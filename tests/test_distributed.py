@@ -88,6 +88,9 @@ def test_ddp_two_ranks_parity_and_straggler(tmp_path: Path) -> None:
     assert s["steps"] == 2 and s["caused_wait_ns"] > 0.2e9 * 2  # two recorded steps, 0.3 s sleep each
     assert s["wait_per_step_ns"] == s["caused_wait_ns"] / 2 and s["wait_per_step_ns"] > 0.2e9
     assert block["steps"]["per_step"] == 2
+    # each profiled step holds rank 1's 0.3 s sleep (rank 0 waits it out); the ops after the last step mark
+    # (saving the parameters) are no step and are not averaged in
+    assert all(r["step_time_ns"] > 0.3e9 and r["steps"] == 2 for r in block["ranks"])
     assert block["slowest_collective"]["last_rank"] == 1
     assert "straggler: rank 1" in stdout
 

@@ -291,7 +291,14 @@ def _steps(trace: Any, profile: Any) -> pd.DataFrame:
         df["basis"] = "ProfilerStep window"
     else:
         ops = trace.ops
-        g = pd.DataFrame({"step": ops["step"].to_numpy(dtype=np.int64), "s": ops["start_ns"].to_numpy(dtype=np.int64),
+        step = ops["step"].to_numpy(dtype=np.int64)
+        # a capture's profiled steps are warmup .. warmup + steps - 1; ops after its last step mark carry the next
+        # index (the tail of the script, not a step: averaging it in would shift every figure per step)
+        first = int(trace.meta.get("warmup") or 0)
+        profiled = (step >= first) & (step < first + int(trace.meta.get("steps") or 1))
+        if "steps" in trace.meta and profiled.any():
+            ops, step = ops[profiled], step[profiled]
+        g = pd.DataFrame({"step": step, "s": ops["start_ns"].to_numpy(dtype=np.int64),
                           "e": ops["end_ns"].to_numpy(dtype=np.int64)}).groupby("step", sort=True)
         df = pd.DataFrame({"step": g["s"].min().index.to_numpy(dtype=np.int64),
                            "start_ns": g["s"].min().to_numpy(), "end_ns": g["e"].max().to_numpy()})
