@@ -117,7 +117,8 @@ def test_each_field_alone_is_escaped_and_every_count_is_shown(summary: dict) -> 
     assert counts and counts <= shown, sorted(counts - shown)          # the fields of issue 14 item 12
     shown_keys = {p[-1] if not isinstance(p[-1], int) else p[-2] for p in shown}
     for key in ("name", "mode", "chip", "backend", "status", "op", "module", "source", "why", "bound", "engine",
-                "reason", "graph", "shape", "warnings", "rank", "collectives_per_step", "wait_per_step_ns", "last_share", "index",
+                "reason", "graph", "shape", "warnings", "rank", "collectives_per_step", "wait_per_step_ns",
+                "last_share", "index",
                 "last_rank", "op_before", "kind", "file", "line", "run_id", "device_ns", "host_ns", "share",
                 "flops", "bytes", "time_ns", "step_time_ns", "mfu", "launches", "per_1m_steps_usd"):
         assert key in shown_keys, f"field {key!r} is not shown (or not escaped) in the HTML"

@@ -192,7 +192,7 @@ def _caused_per_step(spec: sj.JobSpec, steps: int) -> tuple[float, float]:
 @pytest.mark.parametrize("extra_us, named", [(3.5, False), (10.0, True)])
 def test_the_straggler_rule_is_per_step_whatever_the_number_of_profiled_steps(tmp_path, steps, extra_us, named):
     """A rank that makes the other wait a fixed time per step: below `STRAGGLER_MIN_WAIT_PER_STEP_NS` it is no
-    straggler at 2, 8 or 32 profiled steps (a total over the steps passed the old 1 ms floor from 15 steps on);
+    straggler at 2, 8 or 32 profiled steps (a total over the steps passed the old 1 ms floor from about 15 steps on);
     above it, a straggler at every count (the old floor missed it at 2 steps). Its share of the compute passes
     in both cases, so the per-step floor alone decides."""
     spec = _stepped(steps, extra_us)
@@ -206,7 +206,8 @@ def test_the_straggler_rule_is_per_step_whatever_the_number_of_profiled_steps(tm
     assert a.steps["per_step"] == steps and not [n for n in a.notes if "per step" in n or "outside" in n]
     waited = a.ranks.set_index("rank")["wait_per_step_ns"][0]
     assert waited == pytest.approx(per_step, abs=2 * spec.collectives / steps)   # µs→ns rounding per timestamp
-    assert a.ranks.set_index("rank")["collectives_per_step"][0] == spec.launches_per_step // spec.launches_per_collective
+    per_step_collectives = spec.launches_per_step // spec.launches_per_collective
+    assert a.ranks.set_index("rank")["collectives_per_step"][0] == per_step_collectives
     if named:
         assert a.straggler is not None and a.straggler.rank == spec.straggler and a.straggler.steps == steps
         assert a.straggler.wait_per_step_ns == pytest.approx(per_step, abs=2 * spec.collectives / steps)
@@ -221,7 +222,7 @@ def test_the_straggler_rule_is_per_step_whatever_the_number_of_profiled_steps(tm
     ops = a.op_table.set_index("key")
     mm_per_step = spec.launches_per_step // 5
     assert ops.loc["aten::mm", "count_per_step"] == spec.ranks * mm_per_step
-    assert ops.loc["c10d::allreduce_", "count_per_step"] == spec.ranks * spec.launches_per_step // spec.launches_per_collective
+    assert ops.loc["c10d::allreduce_", "count_per_step"] == spec.ranks * per_step_collectives
 
 
 def test_without_profiler_steps_nothing_is_put_per_step_and_the_report_says_so(tmp_path, job_dir):

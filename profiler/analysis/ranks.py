@@ -54,9 +54,10 @@ __all__ = ["RankAnalysis", "Straggler", "ClockAlignment", "collective_table", "f
            "RankIdentityError"]
 
 #: A rank counts as a straggler only if the waits it causes (summed over the waiting ranks) are at least this
-#: per profiled step (0.1 ms per step; an assumption, not a measurement): below it, its arrival order is within
-#: host scheduling noise (a thread wake-up, a collective's host dispatch) for any step length. Per step, not in
-#: total: a total over the profiled steps would name the same rank a straggler at 4 profiled steps and not at 3.
+#: per profiled step: 0.1 ms, an assumption (neither measured here nor from a published figure), a noise floor
+#: for small jobs, where a few µs of arrival jitter per collective can pass the share condition below. Per step,
+#: not in total: a total over the profiled steps (the old 1 ms) named a rank making the others wait 0.3 ms a step
+#: a straggler at 4 profiled steps and not at 3.
 STRAGGLER_MIN_WAIT_PER_STEP_NS = 100_000
 #: ... and to at least this fraction of the compute the waiting ranks did before those collectives (1%, an
 #: assumption): a job whose ranks arrive a few µs apart at every collective adds up past the floor over hundreds
@@ -519,7 +520,8 @@ def reduce_digests(digests: Sequence[Any], inputs: Sequence[Any] | None = None) 
     for d in digests:
         notes.extend(f"rank {d.meta.get('rank', '?')}: {n}" for n in d.notes[:3])
     by_rank = dict(zip(ranks, digests))
-    return RankAnalysis(ranks=table, collectives=coll, instances=inst, straggler=find_straggler(counted, steps=per_steps),
+    return RankAnalysis(ranks=table, collectives=coll, instances=inst,
+                        straggler=find_straggler(counted, steps=per_steps),
                         slowest_collective=slowest, alignment=alignment, steps=step_info,
                         op_table=_job_op_table(digests), notes=notes,
                         digests=[by_rank[r] for r in table["rank"].tolist()])
