@@ -2,6 +2,7 @@
 
     python benchmarks/bench_device.py            # full run
     python benchmarks/bench_device.py --quick    # fewer repetitions
+    python benchmarks/bench_device.py --glibc-default-heap   # leave glibc's heap thresholds dynamic
 
 (a) per-op overhead: 10,000 small adds, µs per op above CPU, without and with an op-event subscriber
     (goals <= 1.5 µs without, <= 4 µs recording), and what a drain costs per event (outside the ops, once per
@@ -14,14 +15,18 @@
     device (as on TorchNeuron) and the per-parameter loop on CPU, so each is measured with `foreach=` set
     explicitly on both;
 (c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU).
-(b) and (c) print each side's forward, backward and optimizer times and minor page faults per step: the
-kernels and shapes are the same on both sides, but autograd runs a non-CPU device's backward on its own worker
-thread, and glibc may hand one side's temporaries back to the OS and fault them in again each step.
+(b) and (c) print each side's forward, backward and optimizer times and minor page faults per step. The kernels
+and shapes are the same on both sides, and so is the heap: glibc's default dynamic thresholds hand whichever side
+frees a 4 MB gradient at the top of the heap its memory back to the OS each step, and that side then faults 2,016
+pages in again per step (0.8x or 1.5x depending on which side it hits, run to run). The benchmark therefore fixes
+glibc's mmap and trim thresholds (`mallopt`, the same for both sides) unless `--glibc-default-heap` is given.
 CPU and neuron repetitions are interleaved and medians reported, so drift in machine load hits both.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import os
 import resource
 import statistics
@@ -204,18 +209,40 @@ def bench_block(reps: int) -> list[tuple]:
              m["neuron"] / m["cpu"], f"goal <= 1.05x; {note}")]
 
 
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
+HEAP_MMAP_THRESHOLD, HEAP_TRIM_THRESHOLD = 32 << 20, 128 << 20
+
+
+def fix_glibc_heap() -> str:
+    """Fix glibc's mmap/trim thresholds for both sides (see the module docstring); what was done, for the header."""
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is None or not hasattr(libc, "mallopt") or not hasattr(libc, "gnu_get_libc_version"):
+        return "not glibc: heap thresholds left as they are"
+    ok = libc.mallopt(M_MMAP_THRESHOLD, HEAP_MMAP_THRESHOLD) == 1 and libc.mallopt(M_TRIM_THRESHOLD,
+                                                                                  HEAP_TRIM_THRESHOLD) == 1
+    if not ok:
+        return "glibc refused mallopt: heap thresholds left dynamic"
+    return (f"glibc heap fixed for both sides (mmap threshold {HEAP_MMAP_THRESHOLD >> 20} MiB, trim threshold "
+            f"{HEAP_TRIM_THRESHOLD >> 20} MiB; --glibc-default-heap to leave them dynamic)")
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
+    p.add_argument("--glibc-default-heap", action="store_true",
+                   help="leave glibc's dynamic mmap/trim thresholds (one side may fault its heap in every step)")
     args = p.parse_args(argv)
+    heap = "glibc heap thresholds dynamic (--glibc-default-heap)" if args.glibc_default_heap else fix_glibc_heap()
     reps = 5 if args.quick else 11
     load = os.getloadavg()
     block_reps = max(3, reps // 2)
     rows = bench_small_adds(reps) + bench_capture_stop(reps) + bench_mlp(reps) + bench_block(block_reps)
-    print(f"$ {COMMAND}{' --quick' if args.quick else ''}")
+    flags = "".join(f" --{f}" for f in ("quick", "glibc-default-heap") if getattr(args, f.replace("-", "_")))
+    print(f"$ {COMMAND}{flags}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, neuron backend "
           f"{neuron_studio.device.backend()}, medians of interleaved repetitions; load average "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start, {os.getloadavg()[0]:.2f} at end; {heap}")
     head = f"{'case':58} {'unit':14} {'cpu':>10} {'neuron':>10} {'ratio':>7}  note"
     print(head)
     print("-" * len(head))

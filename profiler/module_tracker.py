@@ -81,10 +81,15 @@ class ModuleTracker:
         self.trans_path.append(self.stack[-1] if self.stack else "")
         self.trans_phase.append(phase)
 
+    def _forward_call(self) -> bool:
+        """A module call of the program's forward: on the profiled thread, and not made by the autograd engine
+        (activation checkpointing re-runs modules inside the backward, on the thread that called backward)."""
+        return threading.get_ident() == self.thread and torch._C._current_autograd_node() is None
+
     def pre(self, module: torch.nn.Module, args: Any) -> None:
         if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
             return
-        if threading.get_ident() != self.thread:
+        if not self._forward_call():
             return
         path = self._name(module)
         if self.memory is not None:   # a compiled graph's GraphModule is no user module: its inputs are not a batch
@@ -96,7 +101,7 @@ class ModuleTracker:
     def post(self, module: torch.nn.Module, args: Any, output: Any) -> None:
         if torch.compiler.is_compiling():  # inside a compiled graph: ops carry the graph, not modules
             return
-        if threading.get_ident() != self.thread or not self.stack:
+        if not self._forward_call() or not self.stack:
             return
         path = self.stack.pop()
         if self.memory is not None:

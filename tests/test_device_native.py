@@ -7,6 +7,7 @@ import io
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,46 @@ def test_backward_on_neuron_1_and_after_set_device() -> None:
     finally:
         torch.neuron.set_device(0)
 
+
+
+def _backward_thread(device: str) -> tuple[int, list[torch.Tensor]]:
+    """The thread autograd ran the backward of a small MLP on `device` in, and the gradients."""
+    seen: list[int] = []
+    m = _mlp().to(device)
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(5)).to(device)
+    x.requires_grad_(True)
+    x.register_hook(lambda g: seen.append(threading.get_ident()))
+    F.mse_loss(m(x), torch.zeros(3, 4, device=device)).backward()
+    return seen[0], [p.grad.cpu() for p in m.parameters()]
+
+
+def test_backward_runs_on_the_calling_thread_as_on_cpu() -> None:
+    """A second OpenMP pool on autograd's device thread slows every CPU kernel in the process (NeuronRuntime.cpp):
+    the device's backward runs on the thread that calls it, in the main thread and in any other thread that runs
+    neuron ops, with CPU's gradients; a program that turns autograd's device threads back on is obeyed."""
+    expected = _grads_on("cpu")
+    here, grads = _backward_thread("neuron")
+    assert here == threading.get_ident()
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+    assert not torch.autograd.is_multithreading_enabled()
+
+    out: dict[str, object] = {}
+
+    def worker() -> None:
+        out["caller"] = threading.get_ident()
+        out["ran"], out["grads"] = _backward_thread("neuron")
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert out["ran"] == out["caller"]
+    assert all(torch.equal(g, e) for g, e in zip(out["grads"], expected))
+
+    with torch.autograd.set_multithreading_enabled(True):
+        ran, grads = _backward_thread("neuron")
+    assert ran != threading.get_ident()   # autograd's device thread, as the program asked
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected))
+    assert not torch.autograd.is_multithreading_enabled()
 
 # -- the CPU kernels, not torch's decompositions -------------------------------------------------------
 @pytest.mark.parametrize("act", ["silu", "mish"])

@@ -30,6 +30,9 @@ c10::DeviceIndex current_device();
 void set_current_device(c10::DeviceIndex index);
 // A valid ordinal for `index` (-1: the current device); throws naming the valid range otherwise.
 c10::DeviceIndex check_index(int64_t index);
+// Called by the kernels on every thread that runs neuron ops: that thread's backward runs on it, as CPU's does
+// (why: NeuronRuntime.cpp).
+void backward_on_calling_thread();
 
 // -- memory (NeuronRuntime.cpp) ---------------------------------------------------------------------------
 // What a neuron storage's DataPtr context is: the CPU storage that owns the bytes, and the allocation's

@@ -440,7 +440,9 @@ void record_call(Call& c, const std::vector<at::Tensor>& outs, int64_t t0, int64
     // the forward op's autograd sequence number lets the profiler name its module and source line
     r.flags |= kFlagBackward;
     auto node = torch::autograd::get_current_node();
-    if (node) r.fwd_seq = static_cast<int64_t>(node->sequence_nr());
+    if (node) r.fwd_seq = static_cast<int64_t>(node->sequence_nr());  // -1: AccumulateGrad (UINT64_MAX)
+    // the profiler names the forward op's line; the line that called backward only for ops with no forward op
+    r.user_line = r.fwd_seq < 0;
   } else if (c10::GradMode::is_enabled()) {
     // autograd numbered this op's backward node before dispatching here: the counter is one past it
     r.autograd_seq = static_cast<int64_t>(at::sequence_number::peek()) - 1;
@@ -482,6 +484,7 @@ void set_keep_args_ops(const std::vector<std::string>& names) {
 
 // The one boxed kernel: run the CPU kernel on CPU aliases of the arguments.
 void neuron_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  backward_on_calling_thread();
   const OpInfo& info = op_info(op);
   Call c;
   c.info = &info;
@@ -546,6 +549,7 @@ c10::DeviceIndex index_of(std::optional<c10::Device> device) {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  backward_on_calling_thread();
   if (memory_format.has_value()) {
     auto mf = *memory_format;
     if ((mf == c10::MemoryFormat::ChannelsLast || mf == c10::MemoryFormat::ChannelsLast3d) && g_memory_format_policy)
@@ -562,6 +566,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device,
                          std::optional<bool> pin_memory) {
+  backward_on_calling_thread();
   DeviceScope scope(index_of(device));
   auto dt = c10::dtype_or_default(dtype);
   check_not_quantized(c10::isQIntType(dt));

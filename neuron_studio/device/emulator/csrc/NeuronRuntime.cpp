@@ -6,6 +6,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <ATen/native/Resize.h>
+#include <c10/core/AutogradState.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/core/impl/alloc_cpu.h>
@@ -29,6 +30,22 @@ void set_device_count(int count) {
 }
 c10::DeviceIndex current_device() { return tl_device; }
 void set_current_device(c10::DeviceIndex index) { tl_device = check_index(index); }
+
+// Autograd runs a non-CPU device's backward on a device thread of its own (`pt_autograd_0`), as it does on
+// TorchNeuron. Here the device's ops are CPU kernels, and their OpenMP parallel regions would then run from a
+// second thread with a thread pool of its own; libgomp, counting more pool threads than CPUs, stops spin-waiting
+// between parallel regions, and every CPU op in the process (neuron's and the user's CPU code alike) pays a thread
+// wake-up per region: a CPU MLP backward measured 20-40% slower on 2 CPUs once a second pool merely existed
+// (BENCHMARKS.md, "Device (issue 29)"). So each thread that runs neuron ops runs its backward itself, as CPU's
+// runs: the thread-local switch behind `torch.autograd.set_multithreading_enabled`, set once per thread. A
+// program that sets it itself afterwards is obeyed. On TorchNeuron the backward's kernels run on the NeuronCores
+// and the device thread only launches them.
+void backward_on_calling_thread() {
+  thread_local bool set = false;
+  if (set) return;
+  set = true;
+  c10::AutogradState::get_tls_state().set_multithreading_enabled(false);
+}
 
 c10::DeviceIndex check_index(int64_t index) {
   if (index < 0) return tl_device;
