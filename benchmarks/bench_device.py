@@ -14,7 +14,9 @@
     implementation on both sides: PyTorch picks SGD's `foreach` implementation for parameters on a PrivateUse1
     device (as on TorchNeuron) and the per-parameter loop on CPU, so each is measured with `foreach=` set
     explicitly on both;
-(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU).
+(c) transformer block d_model 512, seq 256, batch 8: forward + backward (goal <= 1.05x CPU);
+(d) plain CPU MLP backward alone and while another thread holds an OpenMP thread pool: why the device's backward
+    runs on the thread that calls it rather than on autograd's device thread (README, "The emulated device").
 (b) and (c) print each side's forward, backward and optimizer times and minor page faults per step. The kernels
 and shapes are the same on both sides, and so is the heap: glibc's default dynamic thresholds hand whichever side
 frees a 4 MB gradient at the top of the heap its memory back to the OS each step, and that side then faults 2,016
@@ -203,6 +205,45 @@ def bench_mlp(reps: int) -> list[tuple]:
     return rows
 
 
+def bench_second_pool(reps: int) -> list[tuple]:
+    """Why the device's backward runs on the calling thread: plain CPU MLP backward steps, alone and while another
+    thread holds an OpenMP pool of its own (as autograd's device thread did when it ran the device's CPU kernels)."""
+    import threading
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024))
+    x = torch.randn(64, 1024)
+
+    def backward() -> float:
+        model.zero_grad()
+        loss = model(x).square().mean()
+        t0 = time.perf_counter()
+        loss.backward()
+        return time.perf_counter() - t0
+
+    def with_pool() -> float:
+        ready, done = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            torch.ones(1 << 22).add_(1)   # one parallel region: this thread now has its own pool
+            ready.set()
+            done.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        ready.wait()
+        try:
+            return sum(backward() for _ in range(20)) / 20
+        finally:
+            done.set()
+            t.join()
+
+    m = interleaved({"alone": lambda: sum(backward() for _ in range(20)) / 20, "second pool": with_pool}, reps)
+    return [("(d) CPU MLP backward, another thread holding an OpenMP pool", "ms/step", m["alone"] * 1e3,
+             m["second pool"] * 1e3, m["second pool"] / m["alone"],
+             "both columns plain CPU: 'neuron' = with the second pool; why neuron's backward runs on the caller")]
+
+
 def bench_block(reps: int) -> list[tuple]:
     m, note = steps_side_by_side("block", reps)
     return [("(c) transformer block d512 s256 b8 fwd+bwd", "ms/step", m["cpu"] * 1e3, m["neuron"] * 1e3,
@@ -237,7 +278,8 @@ def main(argv: list[str] | None = None) -> None:
     reps = 5 if args.quick else 11
     load = os.getloadavg()
     block_reps = max(3, reps // 2)
-    rows = bench_small_adds(reps) + bench_capture_stop(reps) + bench_mlp(reps) + bench_block(block_reps)
+    rows = (bench_small_adds(reps) + bench_capture_stop(reps) + bench_mlp(reps) + bench_block(block_reps)
+            + bench_second_pool(reps))
     flags = "".join(f" --{f}" for f in ("quick", "glibc-default-heap") if getattr(args, f.replace("-", "_")))
     print(f"$ {COMMAND}{flags}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, neuron backend "
