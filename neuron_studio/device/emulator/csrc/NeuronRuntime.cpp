@@ -35,8 +35,8 @@ void set_current_device(c10::DeviceIndex index) { tl_device = check_index(index)
 // TorchNeuron. Here the device's ops are CPU kernels, and their OpenMP parallel regions would then run from a
 // second thread with a thread pool of its own; libgomp, counting more pool threads than CPUs, stops spin-waiting
 // between parallel regions, and every CPU op in the process (neuron's and the user's CPU code alike) pays a thread
-// wake-up per region: a CPU MLP backward measured 20-40% slower on 2 CPUs once a second pool merely existed
-// (BENCHMARKS.md, "Device (issue 29)"). So each thread that runs neuron ops runs its backward itself, as CPU's
+// wake-up per region: a CPU MLP backward measured 9-73% slower on 2 CPUs once a second pool merely existed
+// (BENCHMARKS.md, "Emulated device overhead"). So each thread that runs neuron ops runs its backward itself, as CPU's
 // runs: the thread-local switch behind `torch.autograd.set_multithreading_enabled`, set once per thread. A
 // program that sets it itself afterwards is obeyed. On TorchNeuron the backward's kernels run on the NeuronCores
 // and the device thread only launches them.
