@@ -9,7 +9,8 @@ Usable without IPython:
     profile = run.profile        # analyses (op table, hot path, ...) built from run.trace
 
 Warm-up steps execute but are dropped from the trace (as torch.profiler's schedule does), so the profile
-shows the steady state. The module path of each op comes from global module forward hooks; backward ops
+shows the steady state; so are the ops after the last step mark (no step: the script's tail). Each profiled
+step's window, from the previous step mark to its own, is `meta["step_windows"]`: the measured host step. The module path of each op comes from global module forward hooks; backward ops
 are tagged by the autograd engine's graph task.
 """
 from __future__ import annotations
@@ -204,9 +205,19 @@ class Capture:
         if self._memory is not None and self._memory.active:
             memory = memory_frame(self._memory, ops, step_times=self._step_ns, warmup=self.warmup,
                                   t0=self._t_perf0)
-        if self.warmup:
-            ops = ops[ops["step"] >= self.warmup].reset_index(drop=True)
         t0 = self._t_perf0
+        windows = self._step_windows(t0)
+        keep = ops["step"] >= self.warmup
+        tail = 0
+        if windows and status == "ok":
+            # ops after the last step mark (the script's tail: saving, evaluating) are no profiled step; counted
+            # in, they stretch every per-step figure by an amount that depends on the number of steps. A failed
+            # run keeps its partial step: it holds the op that failed
+            after = (ops["step"] >= self._step).to_numpy()
+            tail = int(after.sum())
+            keep &= ~after
+        if not keep.all():
+            ops = ops[keep].reset_index(drop=True)
         ops["start_ns"] = ops["start_ns"] - t0
         ops["end_ns"] = ops["end_ns"] - t0
         compiles = pd.DataFrame(self.registry.compile_log[self._compile_start:], columns=list(COMPILE_COLUMNS))
@@ -236,6 +247,10 @@ class Capture:
             "pid": os.getpid(),
             "module_classes": dict(self._tracker.classes),
         }
+        if windows:
+            meta["step_windows"] = windows
+        if tail:
+            meta["ops_after_last_step"] = tail
         if self.api_call is not None:
             meta["api_call"] = dict(self.api_call)
         from neuron_studio.profiler.model.config import ModelConfig
@@ -252,6 +267,14 @@ class Capture:
         self.trace = Trace(ops=ops, host=host, compiles=compiles, meta=meta, memory=memory)
         self.status = status
         return self.trace
+
+    def _step_windows(self, t0: int) -> list[dict[str, int]]:
+        """The profiled steps' windows, ns since the capture started: step k runs from the previous step mark (the
+        capture's start for step 0) to its own mark, as torch.profiler's ProfilerStep#k does; [] without marks
+        or without a step after the warm-up."""
+        marks = self._step_ns
+        return [{"step": k, "start_ns": int((marks[k - 1] if k else t0) - t0), "end_ns": int(marks[k] - t0)}
+                for k in range(self.warmup, len(marks))]
 
     def _step_index(self, seqs: np.ndarray) -> np.ndarray:
         if not self._step_seq:

@@ -152,7 +152,12 @@ class Profile:
 
     @property
     def host_time_ns(self) -> float:
-        """Measured host wall time per step: from the first to the last recorded op of the profiled steps."""
+        """Measured host wall time per step: the mean of the profiled steps' windows (step mark to step mark, or
+        ProfilerStep#N), so time a step spends outside its ops (a sleep, data loading) counts and ops outside
+        the steps do not; without marked steps, from the first to the last recorded op."""
+        wins = _gpu.step_windows(self.trace.meta)
+        if len(wins):
+            return float(wins["dur_ns"].mean())
         ops = self.trace.ops
         if len(ops):
             return float(ops["end_ns"].max() - ops["start_ns"].min()) / self.steps

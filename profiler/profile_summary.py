@@ -359,4 +359,7 @@ def _trace_warnings(meta: dict) -> list[str]:
         out.append(f"{meta['unrecorded_ops']} ops ran but their events could not be recorded; figures undercount")
     if meta.get("host_events_error"):
         out.append(f"host events unavailable: {meta['host_events_error']}")
+    if meta.get("ops_after_last_step"):
+        out.append(f"{meta['ops_after_last_step']} ops ran after the last step mark: they are no profiled step and "
+                   "are left out of every figure (to profile them, run them inside a step, before its .step())")
     return out

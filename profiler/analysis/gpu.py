@@ -179,8 +179,9 @@ def temporal_breakdown(activity: pd.DataFrame) -> TemporalBreakdown:
 
 
 def step_windows(meta: dict) -> pd.DataFrame:
-    """The ProfilerStep#N windows an importer recorded in meta (step, start_ns, end_ns, dur_ns)."""
-    wins = (meta.get("imported") or {}).get("step_windows") or []
+    """The profiled steps' windows (step, start_ns, end_ns, dur_ns): a capture's, between its step marks, or the
+    ProfilerStep#N windows an importer recorded; empty when the trace marked no steps."""
+    wins = meta.get("step_windows") or (meta.get("imported") or {}).get("step_windows") or []
     df = pd.DataFrame(wins, columns=["step", "start_ns", "end_ns"])
     df["dur_ns"] = df["end_ns"] - df["start_ns"]
     return df

@@ -89,6 +89,10 @@ def _check_meta(meta: dict) -> None:
     figures = meta.get("figures", {})
     if not isinstance(figures, dict):
         raise BadTrace("meta 'figures' must be an object")
+    wins = meta.get("step_windows", [])
+    if not isinstance(wins, list) or not all(
+            isinstance(w, dict) and all(type(w.get(k)) is int for k in ("step", "start_ns", "end_ns")) for w in wins):
+        raise BadTrace("meta 'step_windows' must be a list of {step, start_ns, end_ns} integer objects")
 
 
 def _column(values: list, dtype: str | None, table: str, col: str) -> Any:
