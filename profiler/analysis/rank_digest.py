@@ -284,16 +284,17 @@ def _steps(trace: Any, profile: Any) -> pd.DataFrame:
     torch.profiler trace without ProfilerStep annotations has one row, basis `UNKNOWN_STEPS`: the whole capture,
     not a step (the reduce then cannot put its figures per step, and says so)."""
     imported = trace.meta.get("imported") or {}
-    wins = imported.get("step_windows") or []
+    wins = trace.meta.get("step_windows") or imported.get("step_windows") or []   # as the profile's host step
     if wins:
         df = pd.DataFrame({"step": [int(w["step"]) for w in wins], "start_ns": [int(w["start_ns"]) for w in wins],
                            "end_ns": [int(w["end_ns"]) for w in wins]})
-        df["basis"] = "ProfilerStep window"
+        df["basis"] = "ProfilerStep window" if imported else "step mark to step mark"
     else:
         ops = trace.ops
         step = ops["step"].to_numpy(dtype=np.int64)
-        # a capture's profiled steps are warmup .. warmup + steps - 1; ops after its last step mark carry the next
-        # index (the tail of the script, not a step: averaging it in would shift every figure per step)
+        # a capture saved without step windows: its profiled steps are warmup .. warmup + steps - 1; ops after its
+        # last step mark carry the next index (the tail of the script, not a step: averaging it in would shift
+        # every figure per step)
         first = int(trace.meta.get("warmup") or 0)
         profiled = (step >= first) & (step < first + int(trace.meta.get("steps") or 1))
         if "steps" in trace.meta and profiled.any():
