@@ -10,8 +10,9 @@ Usable without IPython:
 
 Warm-up steps execute but are dropped from the trace (as torch.profiler's schedule does), so the profile
 shows the steady state; so are the ops after the last step mark (no step: the script's tail). Each profiled
-step's window, from the previous step mark to its own, is `meta["step_windows"]`: the measured host step. The module path of each op comes from global module forward hooks; backward ops
-are tagged by the autograd engine's graph task.
+step's window, from the previous step mark to its own, is `meta["step_windows"]`: the measured host step.
+The module path of each op comes from global module forward hooks; backward ops are tagged by the autograd
+engine's graph task.
 """
 from __future__ import annotations
 
