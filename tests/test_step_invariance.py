@@ -10,6 +10,7 @@ between steps, so a time may differ by `NS_PER_OP` per op in it; every other fig
 """
 from __future__ import annotations
 
+import gc
 import math
 import re
 from typing import Any, Callable
@@ -58,6 +59,9 @@ def _summary(steps: int, mode: str, sync: bool, optimizer: bool = True) -> dict:
 
 
 def _profile(steps: int, mode: str, sync: bool, optimizer: bool = True) -> Profile:
+    # device memory held before a capture that is no model or optimizer state is the step's `input`: garbage an
+    # earlier test left (collected at some point during one of the two profiles) must not differ between them
+    gc.collect()
     torch.manual_seed(0)
     model = TransformerBlock(64, 4).to("neuron")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
